@@ -1,0 +1,66 @@
+"""The hand-written reference environments, shipped as source text.
+
+Each ``<name>.py`` next to this file is one self-contained environment (standard library only) that
+follows the contract in :mod:`spade_rl.envs.contract`. They are data, not part of the package's code:
+they are sent as source text to the sandbox, and shown to the designer as examples of good
+environments. This module therefore never imports them; read them with :func:`source`.
+
+    >>> from spade_rl.envs import reference
+    >>> reference.NAMES[0], reference.SETTINGS["tools"]
+    ('guess', 'tool_use')
+    >>> "class GuessEnv" in reference.source("guess")
+    True
+"""
+
+import pathlib
+from importlib import resources
+
+# Stable order: the games first (easiest first), then tool use.
+NAMES: tuple[str, ...] = ("guess", "arithmetic", "maze", "codebreaker", "lights", "schedule", "tools")
+
+SETTINGS: dict[str, str] = {
+    "guess": "games",
+    "arithmetic": "games",
+    "maze": "games",
+    "codebreaker": "games",
+    "lights": "games",
+    "schedule": "games",
+    "tools": "tool_use",
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "guess": "Find a secret number from 1 to 100 with higher/lower feedback (multi-turn).",
+    "arithmetic": "Answer one shop-story arithmetic word problem with a whole number (single step).",
+    "maze": "Walk from S to G through a small text maze, bumping into walls costs a turn (spatial).",
+    "codebreaker": "Mastermind: deduce a 4-digit code over 1-6 from exact/misplaced counts (logic).",
+    "lights": "Lights Out on a 4x4 board: press cells to switch every light off (logic puzzle).",
+    "schedule": "Split jobs between two printers to minimise the makespan, 3 attempts (optimisation).",
+    "tools": "Answer a store question by calling inventory tools given as JSON schemas (tool use).",
+}
+
+
+class UnknownReferenceName(KeyError):
+    """A reference environment name that does not exist; the message lists the allowed names."""
+
+    def __str__(self) -> str:
+        # KeyError's own __str__ shows the repr of its argument, quotes and all.
+        return str(self.args[0])
+
+
+def _check(name: str) -> None:
+    if name not in NAMES:
+        raise UnknownReferenceName(
+            f"unknown reference environment {name!r}; allowed names: {', '.join(NAMES)}"
+        )
+
+
+def path(name: str) -> pathlib.Path:
+    """The file of the reference environment ``name`` (the package is installed as plain files)."""
+    _check(name)
+    return pathlib.Path(str(resources.files(__package__).joinpath(f"{name}.py")))
+
+
+def source(name: str) -> str:
+    """The source text of the reference environment ``name``."""
+    _check(name)
+    return resources.files(__package__).joinpath(f"{name}.py").read_text(encoding="utf-8")

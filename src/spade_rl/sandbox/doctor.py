@@ -1,0 +1,165 @@
+"""What isolation this machine offers, and a live self-check of the sandbox.
+
+``layer_table`` says, for each layer, whether the machine has it, whether a real worker applied it,
+and the configured mode. ``self_check`` starts a pool with the given configuration and runs a few
+hostile environments (``PROBES``) through it: each must be stopped, and the host must see no effect.
+Used by ``spade-rl doctor``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+
+from spade_rl.sandbox import landlock, seccomp_filter
+from spade_rl.sandbox.config import LAYERS, SandboxConfig
+from spade_rl.sandbox.pool import SandboxPool, SandboxUnavailable, Status, bwrap_command
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    layer: str
+    mode: str  # required / optional / off
+    available: bool
+    active: bool  # applied by a real worker just now
+    detail: str
+
+
+def user_namespaces() -> tuple[bool, str]:
+    """Whether this process may create a user namespace (tried in a throwaway child)."""
+    code = "import ctypes,sys; sys.exit(0 if ctypes.CDLL(None,use_errno=True).unshare(0x10000000)==0 else 1)"
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"could not test: {exc}"
+    if done.returncode == 0:
+        return True, "unshare(CLONE_NEWUSER) allowed"
+    return False, "unshare(CLONE_NEWUSER) refused (container seccomp profile or sysctl)"
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """Whether bubblewrap is installed and can start a sandbox here."""
+    if shutil.which("bwrap") is None:
+        return False, "bwrap is not installed (Debian package bubblewrap)"
+    try:
+        done = subprocess.run([*bwrap_command(), "/bin/true"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap did not run: {exc}"
+    if done.returncode != 0:
+        return False, "bwrap failed: " + done.stderr.decode(errors="replace").strip()[:200]
+    return True, "bwrap starts new namespaces"
+
+
+def _available() -> dict[str, tuple[bool, str]]:
+    ll = landlock.probe()
+    root = os.geteuid() == 0
+    return {
+        "rlimits": (True, "setrlimit"),
+        "uid": (True, "root: can drop to an unprivileged uid" if root else "not needed: not root"),
+        "landlock": (ll.available, ll.detail),
+        "seccomp": seccomp_filter.available(),
+        "bwrap": bwrap_status(),
+    }
+
+
+def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
+    """One row per layer, plus an error text when the configured pool would refuse to start."""
+    available = _available()
+    # Ask a real worker what it applied, with every layer "optional" so that it always answers.
+    probe_config = replace(config, layers={n: ("off" if m == "off" else "optional") for n, m in config.layers.items()},
+                           pool_size=1)  # fmt: skip
+    active: dict[str, tuple[bool, str]] = {}
+    try:
+        with SandboxPool(probe_config) as pool:
+            for report in pool.layer_reports():
+                active[report["name"]] = (report["active"] or report["not_needed"], report["detail"])
+            if pool._bwrap:
+                active["bwrap"] = (True, "workers start inside bwrap")
+    except SandboxUnavailable as exc:
+        return [], str(exc)
+    rows = []
+    for name in LAYERS:
+        ok, detail = available[name]
+        is_active, active_detail = active.get(name, (False, "off in the configuration"))
+        rows.append(LayerRow(name, config.mode(name), ok, is_active, active_detail if is_active else detail))
+    refused = [r.layer for r in rows if r.mode == "required" and not r.active]
+    error = f"required layer(s) not active: {', '.join(refused)}" if refused else ""
+    return rows, error
+
+
+# Hostile environments for the self-check. Each tries one thing from its constructor and returns
+# what happened as the first observation; the check also looks at the host side.
+_PROBE_TEMPLATE = '''
+class ProbeEnv:
+    def __init__(self, max_turns=1):
+        self.result = "{{no result}}"
+        try:
+{body}
+        except BaseException as exc:
+            self.result = "blocked: " + type(exc).__name__
+    def reset(self, seed=None):
+        return str(self.result), {{}}
+    def step(self, action):
+        return "done", 0.0, True, False, {{}}
+    def solution(self):
+        return "x"
+'''
+
+PROBE_MODULES = ("os", "socket", "signal", "subprocess", "ctypes", "threading")
+
+PROBES = {
+    "write a file": "            open({path!r}, 'w').write('x')\n            self.result = 'wrote'",
+    "read /etc/passwd": "            self.result = 'read: ' + open('/etc/passwd').read()[:20]",
+    "start a process": "            import os\n            rc = os.system('touch {path}')\n"
+                       "            self.result = 'ran' if rc == 0 else 'blocked: os.system returned %d' % rc",
+    "fork": "            import os\n            pid = os.fork()\n            if pid == 0:\n                os._exit(0)\n"
+            "            self.result = 'forked'",
+    "open a socket": "            import socket\n            socket.socket()\n            self.result = 'socket'",
+    "kill the parent": "            import os, signal\n            os.kill(os.getppid(), 0)\n            self.result = 'signalled'",
+    "read the parent's environment": "            import os\n"
+    "            self.result = 'read: ' + open('/proc/%d/environ' % os.getppid()).read()[:20]",
+    "loop forever": "            while True:\n                pass",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    name: str
+    stopped: bool
+    detail: str
+
+
+def self_check(config: SandboxConfig, timeout_s: float = 2.0) -> list[ProbeResult]:
+    """Run every probe through a pool; raises ``SandboxUnavailable`` if the pool refuses to start."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="spade-doctor-") as scratch:
+        os.chmod(scratch, 0o777)  # so that only the sandbox, not file permissions, stops the write
+        # The probes' modules are imported before hardening, so that the layers, not a failed
+        # import, are what stops them.
+        probe_config = replace(config, call_timeout_s=timeout_s, load_timeout_s=timeout_s,
+                               preload=(*config.preload, *PROBE_MODULES))  # fmt: skip
+        with SandboxPool(probe_config) as pool:
+            for name, body in PROBES.items():
+                target = os.path.join(scratch, name.replace(" ", "_"))
+                source = _PROBE_TEMPLATE.format(body=body.format(path=target))
+                started = time.perf_counter()
+                opened = pool.open(source)
+                observation = ""
+                if opened.ok:
+                    first = opened.value.reset(0)
+                    observation = str(first.value[0]) if first.ok else first.reason
+                    opened.value.close()
+                outcome = observation if opened.ok else opened.reason
+                leaked = os.path.exists(target) or observation.startswith(("read:", "wrote", "ran", "forked",
+                                                                           "socket", "signalled"))  # fmt: skip
+                stopped = not leaked and (
+                    observation.startswith("blocked") or opened.status in (Status.TIMEOUT, Status.CRASHED)
+                )
+                elapsed = time.perf_counter() - started
+                results.append(ProbeResult(name, stopped, f"{outcome} ({elapsed:.2f} s)"))
+    return results
