@@ -12,6 +12,7 @@ import itertools
 import json
 import re
 import sys
+import time
 from collections import defaultdict
 
 import pytest
@@ -39,6 +40,7 @@ MALFORMED = [
     "\\boxed{" + "9" * 10_000 + "}",  # int() refuses more than 4300 digits
     "\\boxed{1" + " " * 10_000 + "x}",  # regex backtracking bait
     "<tool_call>" + "[" * 10_000 + "</tool_call>",  # json recursion bait
+    "<tool_call>" * 2_000 + "<answer>" * 2_000,  # quadratic-scan bait
     "\\boxed{\x00\u00b2\u0663}",  # NUL, superscript two, Arabic-Indic three
 ]
 
@@ -136,6 +138,16 @@ def test_solution_wins_for_every_seed(name):
 
 
 @pytest.mark.parametrize("name", reference.NAMES)
+def test_solution_wins_on_many_seeds(name):
+    """A wider, lighter sweep: generators can fail on rare draws (a bill larger than every note)."""
+    for seed in [*range(20, 300), 2**31 - 1, 2**64 + 5, -1]:
+        env = env_class(name)()
+        env.reset(seed)
+        *_, (_, reward, terminated, _, _) = (env.step(action) for action in env.solution())
+        assert reward == 1.0 and terminated, seed
+
+
+@pytest.mark.parametrize("name", reference.NAMES)
 def test_seed_none_is_seed_zero(name):
     env = env_class(name)()
     assert env.reset(None) == env.reset(0)
@@ -169,7 +181,9 @@ def test_different_seeds_give_different_instances(name):
 def test_malformed_actions_are_answered_not_raised(name):
     for action in MALFORMED:
         env, _, _ = fresh(name, 3)
+        started = time.perf_counter()
         (result,) = play(env, [action])
+        assert time.perf_counter() - started < 0.5, action[:40]
         assert result.reward == 0.0, action[:40]
         assert result.observation.strip()
 

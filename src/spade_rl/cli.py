@@ -1,9 +1,9 @@
 """The ``spade-rl`` command line.
 
-    spade-rl doctor [--json]                 which isolation layers this machine has; a live self-check
-    spade-rl envs list                       the reference environments
-    spade-rl envs show NAME                  print a reference environment's source
-    spade-rl envs validate FILE|NAME... [--json]   run the validation battery in the sandbox
+spade-rl doctor [--json]                 which isolation layers this machine has; a live self-check
+spade-rl envs list                       the reference environments
+spade-rl envs show NAME                  print a reference environment's source
+spade-rl envs validate FILE|NAME... [--json]   run the validation battery in the sandbox
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from rich.table import Table
 from spade_rl.envs import reference
 from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="SPADE: self-play in executable environments.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="SPADE: self-play in executable environments."
+)
 envs_app = typer.Typer(no_args_is_help=True, help="Reference environments and validation.")
 app.add_typer(envs_app, name="envs")
 console = Console()
@@ -33,7 +35,9 @@ def _fail(message: str) -> typer.Exit:
 
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @app.command()
@@ -54,10 +58,18 @@ def doctor(
             error = str(exc)
     healthy = not error and all(p.stopped for p in probes)
     if as_json:
-        print(json.dumps({
-            "python": sys.version.split()[0], "layers": [r.__dict__ for r in rows],
-            "probes": [p.__dict__ for p in probes], "error": error, "healthy": healthy,
-        }, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "python": sys.version.split()[0],
+                    "layers": [r.__dict__ for r in rows],
+                    "probes": [p.__dict__ for p in probes],
+                    "error": error,
+                    "healthy": healthy,
+                },
+                indent=2,
+            )
+        )
     else:
         table = Table(title="sandbox layers")
         for column in ("layer", "mode", "available", "active", "detail"):
@@ -75,7 +87,9 @@ def doctor(
         if error:
             console.print(f"[bold red]sandbox unavailable:[/] {error}")
         else:
-            console.print("[bold green]sandbox healthy[/]" if healthy else "[bold red]an attack was not stopped[/]")
+            console.print(
+                "[bold green]sandbox healthy[/]" if healthy else "[bold red]an attack was not stopped[/]"
+            )
     if not healthy:
         raise typer.Exit(1)
 
@@ -137,7 +151,9 @@ def envs_validate(
         for column in ("path", "valid", "reason", "seconds", "message"):
             table.add_column(column, overflow="fold")
         for spec, report in reports:
-            table.add_row(spec, _yes(report.valid), report.reason, f"{report.seconds:.3f}", report.message[:200])
+            table.add_row(
+                spec, _yes(report.valid), report.reason, f"{report.seconds:.3f}", report.message[:200]
+            )
         console.print(table)
     if not all(report.valid for _, report in reports):
         raise typer.Exit(1)

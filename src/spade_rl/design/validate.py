@@ -71,7 +71,9 @@ def _expect_ok(result: CallResult, phase: str) -> object:
     raise _Failed(result.reason, f"{phase}: {result.error}")
 
 
-def validate_source(pool: SandboxPool, source: str, settings: ValidationSettings | None = None) -> ValidationReport:
+def validate_source(
+    pool: SandboxPool, source: str, settings: ValidationSettings | None = None
+) -> ValidationReport:
     """Run the battery on ``source``; never raises for anything the environment does."""
     settings = settings or ValidationSettings()
     start = time.perf_counter()

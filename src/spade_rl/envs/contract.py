@@ -113,7 +113,8 @@ def check_solution_value(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)) and value and all(type(a) is str for a in value):
         return list(value)
     raise ContractViolation(
-        "solution_bad_type", f"solution() must return a str or a non-empty list of str, got {_describe(value)}"
+        "solution_bad_type",
+        f"solution() must return a str or a non-empty list of str, got {_describe(value)}",
     )
 
 

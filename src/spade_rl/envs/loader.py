@@ -43,7 +43,8 @@ def load_env_class(source: str, module_name: str = "spade_env") -> type:
     if len(names) > 1:
         raise ContractViolation(
             "multiple_env_classes",
-            f"the source must define exactly one *{ENV_CLASS_SUFFIX} class, found {len(names)}: {', '.join(names)}",
+            f"the source must define exactly one *{ENV_CLASS_SUFFIX} class, "
+            f"found {len(names)}: {', '.join(names)}",
         )
     module = types.ModuleType(module_name)
     code = compile(source, f"<{module_name}>", "exec")

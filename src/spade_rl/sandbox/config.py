@@ -6,20 +6,62 @@ from dataclasses import dataclass, field, fields
 
 LAYERS = ("rlimits", "uid", "landlock", "seccomp", "bwrap")
 LAYER_MODES = ("required", "optional", "off")
-DEFAULT_LAYERS = {"rlimits": "required", "uid": "required", "landlock": "required", "seccomp": "required",
-                  "bwrap": "off"}  # fmt: skip
+DEFAULT_LAYERS = {
+    "rlimits": "required",
+    "uid": "required",
+    "landlock": "required",
+    "seccomp": "required",
+    "bwrap": "off",
+}
 
 # Modules imported by every worker before it hardens itself. After the drop to an unprivileged uid
 # the interpreter may no longer be able to read its own standard library (a Python under /root, for
 # example), so whatever environments may import must already be in memory. This list is what an
 # environment may need, not a security boundary: the OS layers are the boundary.
 DEFAULT_PRELOAD = (
-    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections",
-    "collections.abc", "colorsys", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib",
-    "enum", "fractions", "functools", "hashlib", "heapq", "html", "io", "itertools", "json", "math",
-    "numbers", "operator", "pprint", "random", "re", "statistics", "string", "struct", "textwrap",
-    "time", "types", "typing", "unicodedata", "uuid", "warnings", "zlib",
-)  # fmt: skip
+    "abc",
+    "array",
+    "base64",
+    "binascii",
+    "bisect",
+    "calendar",
+    "cmath",
+    "collections",
+    "collections.abc",
+    "colorsys",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "html",
+    "io",
+    "itertools",
+    "json",
+    "math",
+    "numbers",
+    "operator",
+    "pprint",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "struct",
+    "textwrap",
+    "time",
+    "types",
+    "typing",
+    "unicodedata",
+    "uuid",
+    "warnings",
+    "zlib",
+)
 
 
 @dataclass(frozen=True)

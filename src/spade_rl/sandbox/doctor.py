@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, replace
 
@@ -71,8 +72,11 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
     """One row per layer, plus an error text when the configured pool would refuse to start."""
     available = _available()
     # Ask a real worker what it applied, with every layer "optional" so that it always answers.
-    probe_config = replace(config, layers={n: ("off" if m == "off" else "optional") for n, m in config.layers.items()},
-                           pool_size=1)  # fmt: skip
+    probe_config = replace(
+        config,
+        layers={n: ("off" if m == "off" else "optional") for n, m in config.layers.items()},
+        pool_size=1,
+    )
     active: dict[str, tuple[bool, str]] = {}
     try:
         with SandboxPool(probe_config) as pool:
@@ -94,7 +98,7 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
 
 # Hostile environments for the self-check. Each tries one thing from its constructor and returns
 # what happened as the first observation; the check also looks at the host side.
-_PROBE_TEMPLATE = '''
+_PROBE_TEMPLATE = """
 class ProbeEnv:
     def __init__(self, max_turns=1):
         self.result = "{{no result}}"
@@ -108,23 +112,25 @@ class ProbeEnv:
         return "done", 0.0, True, False, {{}}
     def solution(self):
         return "x"
-'''
+"""
 
 PROBE_MODULES = ("os", "socket", "signal", "subprocess", "ctypes", "threading")
 
 PROBES = {
-    "write a file": "            open({path!r}, 'w').write('x')\n            self.result = 'wrote'",
-    "read /etc/passwd": "            self.result = 'read: ' + open('/etc/passwd').read()[:20]",
-    "start a process": "            import os\n            rc = os.system('touch {path}')\n"
-                       "            self.result = 'ran' if rc == 0 else 'blocked: os.system returned %d' % rc",
-    "fork": "            import os\n            pid = os.fork()\n            if pid == 0:\n                os._exit(0)\n"
-            "            self.result = 'forked'",
-    "open a socket": "            import socket\n            socket.socket()\n            self.result = 'socket'",
-    "kill the parent": "            import os, signal\n            os.kill(os.getppid(), 0)\n            self.result = 'signalled'",
-    "read the parent's environment": "            import os\n"
-    "            self.result = 'read: ' + open('/proc/%d/environ' % os.getppid()).read()[:20]",
-    "loop forever": "            while True:\n                pass",
-}  # fmt: skip
+    "write a file": "open({path!r}, 'w').write('x')\nself.result = 'wrote'",
+    "read /etc/passwd": "self.result = 'read: ' + open('/etc/passwd').read()[:20]",
+    "start a process": (
+        "import os\nrc = os.system('touch {path}')\n"
+        "self.result = 'ran' if rc == 0 else 'blocked: os.system returned %d' % rc"
+    ),
+    "fork": "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nself.result = 'forked'",
+    "open a socket": "import socket\nsocket.socket()\nself.result = 'socket'",
+    "kill the parent": "import os\nos.kill(os.getppid(), 0)\nself.result = 'signalled'",
+    "read the parent's environment": (
+        "import os\nself.result = 'read: ' + open('/proc/%d/environ' % os.getppid()).read()[:20]"
+    ),
+    "loop forever": "while True:\n    pass",
+}
 
 
 @dataclass(frozen=True)
@@ -141,12 +147,16 @@ def self_check(config: SandboxConfig, timeout_s: float = 2.0) -> list[ProbeResul
         os.chmod(scratch, 0o777)  # so that only the sandbox, not file permissions, stops the write
         # The probes' modules are imported before hardening, so that the layers, not a failed
         # import, are what stops them.
-        probe_config = replace(config, call_timeout_s=timeout_s, load_timeout_s=timeout_s,
-                               preload=(*config.preload, *PROBE_MODULES))  # fmt: skip
+        probe_config = replace(
+            config,
+            call_timeout_s=timeout_s,
+            load_timeout_s=timeout_s,
+            preload=(*config.preload, *PROBE_MODULES),
+        )
         with SandboxPool(probe_config) as pool:
             for name, body in PROBES.items():
                 target = os.path.join(scratch, name.replace(" ", "_"))
-                source = _PROBE_TEMPLATE.format(body=body.format(path=target))
+                source = _PROBE_TEMPLATE.format(body=textwrap.indent(body.format(path=target), " " * 12))
                 started = time.perf_counter()
                 opened = pool.open(source)
                 observation = ""
@@ -155,8 +165,9 @@ def self_check(config: SandboxConfig, timeout_s: float = 2.0) -> list[ProbeResul
                     observation = str(first.value[0]) if first.ok else first.reason
                     opened.value.close()
                 outcome = observation if opened.ok else opened.reason
-                leaked = os.path.exists(target) or observation.startswith(("read:", "wrote", "ran", "forked",
-                                                                           "socket", "signalled"))  # fmt: skip
+                leaked = os.path.exists(target) or observation.startswith(
+                    ("read:", "wrote", "ran", "forked", "socket", "signalled")
+                )
                 stopped = not leaked and (
                     observation.startswith("blocked") or opened.status in (Status.TIMEOUT, Status.CRASHED)
                 )

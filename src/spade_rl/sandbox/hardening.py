@@ -53,7 +53,7 @@ def apply_rlimits(memory_bytes: int, cpu_seconds: int, open_files: int) -> Layer
             "NPROC": (resource.RLIMIT_NPROC, 0),
         }
         for which, value in limits.values():
-            soft, hard = resource.getrlimit(which)
+            _, hard = resource.getrlimit(which)
             new_hard = value if hard == resource.RLIM_INFINITY else min(value, hard)
             if which == resource.RLIMIT_CPU and hard == resource.RLIM_INFINITY:
                 # SIGXCPU at the soft limit; SIGKILL a few seconds later if the code ignores it.
@@ -65,7 +65,7 @@ def apply_rlimits(memory_bytes: int, cpu_seconds: int, open_files: int) -> Layer
     return LayerReport("rlimits", True, detail)
 
 
-def drop_privileges(uid: int, gid: int, parent_pid: int) -> LayerReport:
+def drop_privileges(uid: int, gid: int, parent_pid: int | None) -> LayerReport:
     libc = ctypes.CDLL(None, use_errno=True)
     if os.geteuid() != 0:
         report = LayerReport("uid", False, f"not needed: running as uid {os.geteuid()}", not_needed=True)
@@ -79,9 +79,10 @@ def drop_privileges(uid: int, gid: int, parent_pid: int) -> LayerReport:
         if 0 in os.getresuid() or 0 in os.getresgid():
             return LayerReport("uid", False, "still holding uid or gid 0 after the drop")
         report = LayerReport("uid", True, f"root dropped to uid {uid} gid {gid}, no groups")
-    # Set after the uid change, which clears it. If the pool is already gone, stop now.
+    # Set after the uid change, which clears it. If the pool is already gone, stop now. (Inside
+    # bubblewrap's pid namespace the parent is bwrap, which has --die-with-parent: parent_pid None.)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:
+    if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(0)
     return report
 
@@ -128,13 +129,21 @@ def harden(settings: dict) -> list[LayerReport]:
     paths = read_only_paths()
     reports = []
     if modes["rlimits"] != "off":
-        reports.append(apply_rlimits(settings["memory_bytes"], settings["cpu_seconds"], settings["open_files"]))
+        reports.append(
+            apply_rlimits(settings["memory_bytes"], settings["cpu_seconds"], settings["open_files"])
+        )
     else:
         reports.append(LayerReport("rlimits", False, skipped))
     if modes["uid"] != "off":
         reports.append(drop_privileges(settings["uid"], settings["gid"], settings["parent_pid"]))
     else:
         reports.append(LayerReport("uid", False, skipped))
-    reports.append(apply_landlock(paths) if modes["landlock"] != "off" else LayerReport("landlock", False, skipped))
-    reports.append(apply_seccomp(seccomp_availability) if modes["seccomp"] != "off" else LayerReport("seccomp", False, skipped))
+    reports.append(
+        apply_landlock(paths) if modes["landlock"] != "off" else LayerReport("landlock", False, skipped)
+    )
+    reports.append(
+        apply_seccomp(seccomp_availability)
+        if modes["seccomp"] != "off"
+        else LayerReport("seccomp", False, skipped)
+    )
     return reports

@@ -87,8 +87,9 @@ def probe() -> LandlockStatus:
         return LandlockStatus(0, f"Landlock is a Linux feature; this is {platform.system()}")
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0),
-                       ctypes.c_uint32(_CREATE_RULESET_VERSION))  # fmt: skip
+    abi = libc.syscall(
+        ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     if abi < 0:
         err = ctypes.get_errno()
         why = {
@@ -129,8 +130,9 @@ def restrict_self(read_paths: Iterable[str], abi: int) -> list[str]:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
         size = ctypes.sizeof(_RulesetAttr)
         features.append("scoped-signals")
-    ruleset_fd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr),
-                              ctypes.c_size_t(size), ctypes.c_uint32(0))  # fmt: skip
+    ruleset_fd = libc.syscall(
+        ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+    )
     if ruleset_fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
@@ -144,9 +146,13 @@ def restrict_self(read_paths: Iterable[str], abi: int) -> list[str]:
                 # Directories get read + list; a single file gets only read (READ_DIR on a file is EINVAL).
                 is_dir = os.path.isdir(path)
                 rule = _PathBeneathAttr(READ_ONLY if is_dir else FS_READ_FILE, fd)
-                rc = libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset_fd),
-                                  ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
-                                  ctypes.c_uint32(0))  # fmt: skip
+                rc = libc.syscall(
+                    ctypes.c_long(_SYS_ADD_RULE),
+                    ctypes.c_int(ruleset_fd),
+                    ctypes.c_int(_RULE_PATH_BENEATH),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
+                )
                 if rc < 0:
                     err = ctypes.get_errno()
                     raise OSError(err, f"landlock_add_rule({path}): {os.strerror(err)}")

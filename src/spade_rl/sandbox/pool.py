@@ -47,7 +47,7 @@ from spade_rl.sandbox.config import SandboxConfig
 log = logging.getLogger(__name__)
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     OK = "ok"
     EXCEPTION = "exception"  # the environment raised (or broke the contract while loading)
     TIMEOUT = "timeout"
@@ -59,8 +59,16 @@ class Status(str, enum.Enum):
 
 
 # Statuses after which the worker is killed and replaced.
-FATAL = frozenset({Status.TIMEOUT, Status.CRASHED, Status.MEMORY, Status.OUTPUT_TOO_LARGE,
-                   Status.PROTOCOL_ERROR, Status.WORKER_LOST})  # fmt: skip
+FATAL = frozenset(
+    {
+        Status.TIMEOUT,
+        Status.CRASHED,
+        Status.MEMORY,
+        Status.OUTPUT_TOO_LARGE,
+        Status.PROTOCOL_ERROR,
+        Status.WORKER_LOST,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,9 @@ class SandboxPool:
         On success ``value`` is an ``EnvHandle``."""
         return self.open_many([(source, kwargs)], timeout_s)[0]
 
-    def open_many(self, requests: list[tuple[str, dict | None]], timeout_s: float | None = None) -> list[CallResult]:
+    def open_many(
+        self, requests: list[tuple[str, dict | None]], timeout_s: float | None = None
+    ) -> list[CallResult]:
         """``open`` for many (source, kwargs) pairs; new workers start in parallel."""
         with self._lock:
             if self._closed:
@@ -200,10 +210,15 @@ class SandboxPool:
             placed = [self._place(_source_hash(source)) for source, _ in requests]
             for worker in _unique(placed):
                 self._await_ready(worker)
-            loads = {id(w): (w, "load", {"source": source}) for w, (source, _) in zip(placed, requests, strict=True)
-                     if not w.loaded}  # fmt: skip
+            loads = {
+                id(w): (w, "load", {"source": source})
+                for w, (source, _) in zip(placed, requests, strict=True)
+                if not w.loaded
+            }
             load_failed: dict[int, CallResult] = {}
-            for (worker, _, _), result in zip(loads.values(), self._run(list(loads.values()), timeout), strict=True):
+            for (worker, _, _), result in zip(
+                loads.values(), self._run(list(loads.values()), timeout), strict=True
+            ):
                 if result.ok and isinstance(result.value, dict):
                     worker.loaded = True
                     worker.class_name = str(result.value.get("class_name", ""))
@@ -222,7 +237,9 @@ class SandboxPool:
             calls = [(w, "new", {"instance": i, "kwargs": kw or {}}) for _, w, i, kw in news]
             for (index, worker, instance, _), result in zip(news, self._run(calls, timeout), strict=True):
                 if result.ok:
-                    results[index] = _replace(result, value=EnvHandle(self, worker, instance, worker.class_name))
+                    results[index] = _replace(
+                        result, value=EnvHandle(self, worker, instance, worker.class_name)
+                    )
                 else:
                     worker.live.discard(instance)
                     results[index] = _phase(result, "init")
@@ -233,7 +250,9 @@ class SandboxPool:
     def call(self, env: EnvHandle, op: str, args: dict, timeout_s: float | None = None) -> CallResult:
         return self.call_many([(env, op, args)], timeout_s)[0]
 
-    def call_many(self, calls: list[tuple[EnvHandle, str, dict]], timeout_s: float | None = None) -> list[CallResult]:
+    def call_many(
+        self, calls: list[tuple[EnvHandle, str, dict]], timeout_s: float | None = None
+    ) -> list[CallResult]:
         """Run ``(env, op, args)`` calls (op: reset, step, solution); calls on different workers
         run at the same time, calls on one worker in order. One result per call, in order."""
         with self._lock:
@@ -242,12 +261,16 @@ class SandboxPool:
             runnable = []
             for index, (env, op, args) in enumerate(calls):
                 if env.closed:
-                    results[index] = CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
+                    results[index] = CallResult(
+                        Status.EXCEPTION, reason="closed", error="the environment is closed"
+                    )
                 elif env._worker.dead:
                     results[index] = _lost(env._worker)
                 else:
                     runnable.append((index, (env._worker, op, {"instance": env.instance, **args})))
-            for (index, _), result in zip(runnable, self._run([c for _, c in runnable], timeout), strict=True):
+            for (index, _), result in zip(
+                runnable, self._run([c for _, c in runnable], timeout), strict=True
+            ):
                 results[index] = result
             return results  # type: ignore[return-value]
 
@@ -274,8 +297,11 @@ class SandboxPool:
 
     def _place(self, digest: str) -> _Worker:
         live = self._live_workers()
-        bound = [w for w in live if w.source_hash == digest and not w.tainted
-                 and w.created < self.config.episodes_per_worker]  # fmt: skip
+        bound = [
+            w
+            for w in live
+            if w.source_hash == digest and not w.tainted and w.created < self.config.episodes_per_worker
+        ]
         free = [w for w in live if w.source_hash is None]
         best = min(bound, key=lambda w: len(w.live), default=None)
         # Spread the episodes of one environment over idle warm workers before stacking them.
@@ -319,12 +345,19 @@ class SandboxPool:
     def _settings(self) -> dict:
         c = self.config
         return {
-            "layers": c.layers, "memory_bytes": c.memory_bytes, "cpu_seconds": c.cpu_seconds,
-            "open_files": c.open_files, "uid": c.unprivileged_uid, "gid": c.unprivileged_gid,
-            "parent_pid": os.getpid(), "preload": list(c.preload), "recursion_limit": c.recursion_limit,
-            "max_message_bytes": c.max_message_bytes, "max_captured_output": c.max_captured_output,
+            "layers": c.layers,
+            "memory_bytes": c.memory_bytes,
+            "cpu_seconds": c.cpu_seconds,
+            "open_files": c.open_files,
+            "uid": c.unprivileged_uid,
+            "gid": c.unprivileged_gid,
+            "parent_pid": None if self._bwrap else os.getpid(),
+            "preload": list(c.preload),
+            "recursion_limit": c.recursion_limit,
+            "max_message_bytes": c.max_message_bytes,
+            "max_captured_output": c.max_captured_output,
             "spin_us": c.spin_us,
-        }  # fmt: skip
+        }
 
     def _bwrap_prefix(self) -> list[str]:
         mode = self.config.mode("bwrap")
@@ -342,8 +375,10 @@ class SandboxPool:
 
     def _spawn(self) -> _Worker:
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        bootstrap = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-                     "from spade_rl.sandbox.worker import main; main()")  # fmt: skip
+        bootstrap = (
+            f"import sys; sys.path.insert(0, {package_parent!r}); "
+            "from spade_rl.sandbox.worker import main; main()"
+        )
         cmd = [*self._bwrap, sys.executable, "-I", "-c", bootstrap, json.dumps(self._settings())]
         proc = subprocess.Popen(
             cmd,
@@ -370,7 +405,9 @@ class SandboxPool:
         except (protocol.Deadline, protocol.PeerClosed, protocol.FrameTooLarge, ValueError) as exc:
             _kill(worker)
             self._workers.remove(worker)
-            raise SandboxUnavailable(f"a sandbox worker failed to start: {type(exc).__name__} {exc}") from None
+            raise SandboxUnavailable(
+                f"a sandbox worker failed to start: {type(exc).__name__} {exc}"
+            ) from None
         worker.layers = hello.get("layers", [])
         worker.pid = hello.get("pid", 0)
         missing = [
@@ -460,8 +497,13 @@ class SandboxPool:
             answer = worker.reader.read(deadline, self._spin_s)
         except protocol.Deadline:
             self.stats["timeouts"] += 1
-            return self._fail(worker, Status.TIMEOUT, "timeout", start,
-                              f"{op} did not answer within {deadline - start:.3g} s")  # fmt: skip
+            return self._fail(
+                worker,
+                Status.TIMEOUT,
+                "timeout",
+                start,
+                f"{op} did not answer within {deadline - start:.3g} s",
+            )
         except protocol.PeerClosed:
             return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
         except protocol.FrameTooLarge as exc:
@@ -470,11 +512,17 @@ class SandboxPool:
             return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"not JSON: {exc}")
         elapsed = time.monotonic() - start
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or answer.get("id") != rid:
-            return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start,
-                              "the answer is not a well-formed reply to this request")  # fmt: skip
+            return self._fail(
+                worker,
+                Status.PROTOCOL_ERROR,
+                "protocol_error",
+                start,
+                "the answer is not a well-formed reply to this request",
+            )
         if worker.reader.pending:
-            return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start,
-                              "the worker sent more than one answer")  # fmt: skip
+            return self._fail(
+                worker, Status.PROTOCOL_ERROR, "protocol_error", start, "the worker sent more than one answer"
+            )
         output = answer.get("output") if isinstance(answer.get("output"), str) else ""
         if answer["ok"]:
             return CallResult(Status.OK, answer.get("value"), "ok", output=output, elapsed_s=elapsed)
@@ -485,15 +533,25 @@ class SandboxPool:
         if kind == "too_large":
             return self._fail(worker, Status.OUTPUT_TOO_LARGE, "output_too_large", start, message)
         if kind not in ("exception", "contract", "unserializable"):
-            return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"unknown kind {kind!r}")
+            return self._fail(
+                worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"unknown kind {kind!r}"
+            )
         worker.tainted = True
         reason = str(answer.get("reason") or kind)[:64] if kind == "contract" else kind
         return CallResult(
-            Status.EXCEPTION, None, reason, message, str(answer.get("type", ""))[:128],
-            str(answer.get("traceback", ""))[:4000], output, elapsed,
-        )  # fmt: skip
+            Status.EXCEPTION,
+            None,
+            reason,
+            message,
+            str(answer.get("type", ""))[:128],
+            str(answer.get("traceback", ""))[:4000],
+            output,
+            elapsed,
+        )
 
-    def _fail(self, worker: _Worker, status: Status, reason: str, start: float, error: str = "") -> CallResult:
+    def _fail(
+        self, worker: _Worker, status: Status, reason: str, start: float, error: str = ""
+    ) -> CallResult:
         if not worker.dead:
             _kill(worker)
             self.stats["killed"] += 1
@@ -524,8 +582,12 @@ def _unique(workers: list[_Worker]) -> list[_Worker]:
 
 
 def _lost(worker: _Worker) -> CallResult:
-    return CallResult(Status.WORKER_LOST, None, "worker_lost",
-                      f"the worker holding this episode was killed ({worker.death})")  # fmt: skip
+    return CallResult(
+        Status.WORKER_LOST,
+        None,
+        "worker_lost",
+        f"the worker holding this episode was killed ({worker.death})",
+    )
 
 
 def _kill(worker: _Worker) -> None:
@@ -558,7 +620,23 @@ def _exit_text(worker: _Worker) -> str:
 
 
 def bwrap_command() -> list[str]:
-    """The bubblewrap prefix: new namespaces (no network), read-only root, private /tmp and /proc."""
+    """The bubblewrap prefix: new namespaces (no network), read-only root, private /tmp and /proc.
+
+    As root, no user namespace is made (inside one, uid 65534 would map back to root outside);
+    bwrap keeps only CAP_SETUID/CAP_SETGID, which the worker's own uid drop then clears. As an
+    ordinary user, bwrap makes a user namespace and the worker has nothing to drop."""
     path = shutil.which("bwrap") or "bwrap"
-    return [path, "--die-with-parent", "--unshare-all", "--cap-drop", "ALL", "--ro-bind", "/", "/",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--"]  # fmt: skip
+    if os.geteuid() == 0:
+        namespaces = [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        namespaces = ["--unshare-all"]
+        caps = ["--cap-drop", "ALL"]
+    return [path, "--die-with-parent", *namespaces, *caps, "--ro-bind", "/", "/", "--dev", "/dev",
+            "--proc", "/proc", "--tmpfs", "/tmp", "--"]  # fmt: skip

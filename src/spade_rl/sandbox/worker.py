@@ -118,28 +118,57 @@ class Worker:
             value = handler(request)
             return {"ok": True, "value": value}
         except ContractViolation as exc:
-            return {"ok": False, "kind": "contract", "reason": exc.reason, "type": "ContractViolation",
-                    "message": str(exc)}  # fmt: skip
+            return {
+                "ok": False,
+                "kind": "contract",
+                "reason": exc.reason,
+                "type": "ContractViolation",
+                "message": str(exc),
+            }
         except MemoryError:
             return {"ok": False, "kind": "memory", "type": "MemoryError", "message": "out of memory"}
-        except BaseException as exc:  # noqa: BLE001 - environment code may raise anything, SystemExit too
-            return {"ok": False, "kind": "exception", "type": type(exc).__name__,
-                    "message": _safe_str(exc)[:2000], "traceback": _format_tb(exc)}  # fmt: skip
+        except BaseException as exc:
+            return {
+                "ok": False,
+                "kind": "exception",
+                "type": type(exc).__name__,
+                "message": _safe_str(exc)[:2000],
+                "traceback": _format_tb(exc),
+            }
 
     def encode(self, response: dict) -> bytes:
         response["output"] = self.output.take()
         try:
             frame = protocol.encode(response)
         except MemoryError:
-            frame = protocol.encode({"ok": False, "kind": "memory", "type": "MemoryError", "id": response["id"],
-                                     "message": "out of memory while encoding the answer"})  # fmt: skip
+            frame = protocol.encode(
+                {
+                    "ok": False,
+                    "kind": "memory",
+                    "type": "MemoryError",
+                    "id": response["id"],
+                    "message": "out of memory while encoding the answer",
+                }
+            )
         except (TypeError, ValueError, RecursionError) as exc:
-            frame = protocol.encode({"ok": False, "kind": "unserializable", "type": type(exc).__name__,
-                                     "id": response["id"],
-                                     "message": f"the value is not JSON: {_safe_str(exc)[:500]}"})  # fmt: skip
+            frame = protocol.encode(
+                {
+                    "ok": False,
+                    "kind": "unserializable",
+                    "type": type(exc).__name__,
+                    "id": response["id"],
+                    "message": f"the value is not JSON: {_safe_str(exc)[:500]}",
+                }
+            )
         if len(frame) - protocol.HEADER.size > self.max_bytes:
-            frame = protocol.encode({"ok": False, "kind": "too_large", "id": response["id"],
-                                     "message": f"answer of {len(frame)} bytes exceeds {self.max_bytes}"})  # fmt: skip
+            frame = protocol.encode(
+                {
+                    "ok": False,
+                    "kind": "too_large",
+                    "id": response["id"],
+                    "message": f"answer of {len(frame)} bytes exceeds {self.max_bytes}",
+                }
+            )
         return frame
 
     def serve(self) -> None:
@@ -163,14 +192,14 @@ def _write_all(fd: int, data: bytes) -> None:
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:  # noqa: BLE001 - a hostile __str__
+    except Exception:
         return f"<{type(exc).__name__} with an unprintable message>"
 
 
 def _format_tb(exc: BaseException) -> str:
     try:
         return "".join(traceback.format_exception(exc))[-4000:]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 
@@ -182,7 +211,7 @@ def main() -> None:
     os.close(devnull)
     try:
         start(in_fd, out_fd, json.loads(sys.argv[1]))
-    except Exception:  # noqa: BLE001 - a bug of ours while starting: tell the pool what it was
+    except Exception:
         protocol.write_frame(out_fd, {"ready": False, "error": traceback.format_exc()[-4000:], "layers": []})
         os._exit(4)
 
@@ -199,8 +228,16 @@ def start(in_fd: int, out_fd: int, settings: dict) -> None:
     refused = [r.name for r in reports if settings["layers"][r.name] == "required" and not r.satisfied]
     worker = Worker(in_fd, out_fd, settings)
     sys.stdout = sys.stderr = worker.output
-    protocol.write_frame(out_fd, {"ready": not refused, "pid": os.getpid(), "uid": os.getuid(),
-                                  "layers": [r.to_json() for r in reports], "missing_preload": missing})  # fmt: skip
+    protocol.write_frame(
+        out_fd,
+        {
+            "ready": not refused,
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "layers": [r.to_json() for r in reports],
+            "missing_preload": missing,
+        },
+    )
     if refused:
         os._exit(3)  # fail closed: never read code without every required layer
     worker.serve()

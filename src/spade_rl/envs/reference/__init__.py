@@ -31,7 +31,7 @@ SETTINGS: dict[str, str] = {
 DESCRIPTIONS: dict[str, str] = {
     "guess": "Find a secret number from 1 to 100 with higher/lower feedback (multi-turn).",
     "arithmetic": "Answer one shop-story arithmetic word problem with a whole number (single step).",
-    "maze": "Walk from S to G through a small text maze, bumping into walls costs a turn (spatial).",
+    "maze": "Walk from S to G through a small text maze with up/down/left/right moves (spatial).",
     "codebreaker": "Mastermind: deduce a 4-digit code over 1-6 from exact/misplaced counts (logic).",
     "lights": "Lights Out on a 4x4 board: press cells to switch every light off (logic puzzle).",
     "schedule": "Split jobs between two printers to minimise the makespan, 3 attempts (optimisation).",

@@ -10,7 +10,7 @@ number is a wasted turn; with the default limit of one turn it ends the episode 
 import random
 import re
 
-NAMES = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Farah", "Goran", "Hana", "Ivan", "Jun", "Kofi", "Lena"]
+PEOPLE = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Farah", "Goran", "Hana", "Ivan", "Jun", "Kofi", "Lena"]
 ITEMS = ["notebook", "pen", "mug", "candle", "scarf", "poster", "basket", "lamp", "puzzle", "kite"]
 
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -30,12 +30,12 @@ def last_boxed(text):
 
 
 def change_story(rng):
-    name = rng.choice(NAMES)
+    name = rng.choice(PEOPLE)
     item_a, item_b = rng.sample(ITEMS, 2)
     count_a, count_b = rng.randint(2, 6), rng.randint(2, 6)
     price_a, price_b = rng.randint(2, 9), rng.randint(2, 9)
     total = count_a * price_a + count_b * price_b
-    note = next(n for n in (20, 50, 100) if n > total)  # the smallest note that covers the bill
+    note = next(n for n in (20, 50, 100, 200) if n > total)  # the smallest note that covers it (max 108)
     question = (
         f"{name} buys {count_a} {item_a}s at ${price_a} each and {count_b} {item_b}s at ${price_b} each, "
         f"and pays with a ${note} note. How many dollars of change does {name} get back?"
@@ -56,7 +56,7 @@ def boxes_story(rng):
 
 
 def discount_story(rng):
-    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    name, item = rng.choice(PEOPLE), rng.choice(ITEMS)
     price = 20 * rng.randint(1, 6)  # a multiple of 20, so every discount below is a whole number
     percent = rng.choice([10, 20, 25, 30, 40, 50])
     count = rng.randint(2, 5)
@@ -102,13 +102,7 @@ class ArithmeticEnv:
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self._done:
-            return (
-                "The episode is over. Call reset() for a new problem.",
-                0.0,
-                True,
-                False,
-                self._info("over"),
-            )
+            return "The episode is over. Call reset() to start again.", 0.0, True, False, self._info("over")
         self._turn += 1
 
         answer = self._parse(action)

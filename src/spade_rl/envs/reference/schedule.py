@@ -67,7 +67,7 @@ class ScheduleEnv:
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         rng = random.Random(0 if seed is None else seed)
-        while True:  # draw until greedy play falls short (about one draw in three qualifies)
+        while True:  # draw until greedy play falls short (about two draws in five qualify)
             self._durations = [rng.randint(2, 20) for _ in range(rng.randint(5, 7))]
             self._best = best_split(self._durations)
             self._optimum = makespan(self._durations, self._best)

@@ -64,8 +64,6 @@ TOOLS = [
 ]
 SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 MAX_NUMBER_DIGITS = 15  # longer numbers are never right, and would overflow round(float(...))
 
@@ -74,6 +72,22 @@ PROTOCOL = (
     "several tool calls in one message and each gets a <tool_response> in order. When you know the "
     "answer, write <answer>YOUR ANSWER</answer>; this ends the episode."
 )
+
+
+def tagged(text, tag):
+    """The contents of every complete <tag>...</tag> in ``text``, in order.
+
+    A plain scan with str.find: a lazy regex would take quadratic time on text full of opening tags.
+    """
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    found, position = [], 0
+    while (start := text.find(opening, position)) != -1:
+        end = text.find(closing, start + len(opening))
+        if end == -1:
+            break
+        found.append(text[start + len(opening) : end])
+        position = end + len(closing)
+    return found
 
 
 def argument_errors(schema, arguments):
@@ -145,14 +159,14 @@ class ToolsEnv:
         self._turn += 1
         action = action if isinstance(action, str) else ""
 
-        answers = ANSWER.findall(action)
+        answers = tagged(action, "answer")
         if answers:
             self._done = True
             if self._is_right(answers[-1]):
                 return "Correct answer.", 1.0, True, False, self._info("correct")
             return "Wrong answer.", 0.0, True, False, self._info("wrong")
 
-        calls = TOOL_CALL.findall(action)
+        calls = tagged(action, "tool_call")
         if calls:
             responses = [self._respond(call) for call in calls[:MAX_CALLS_PER_TURN]]
             skipped = len(calls) - len(responses)
