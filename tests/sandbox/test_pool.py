@@ -61,7 +61,7 @@ def test_reset_step_close_round_trip(pool):
     assert first.ok and first.value[0].startswith("value 10") and first.value[1] == {"seed": 3}
     result = env.step("up")
     assert result.status is Status.OK
-    obs, reward, terminated, truncated, info = result.value
+    _, reward, terminated, truncated, info = result.value
     assert (reward, terminated, truncated, info) == (0.0, False, False, {"turn": 1})
     assert env.close().ok
     closed = env.step("up")
@@ -176,7 +176,7 @@ def test_missing_required_layer_refuses_to_run():
 def test_required_bwrap_missing_or_working():
     from spade_rl.sandbox.doctor import bwrap_status
 
-    ok, detail = bwrap_status()
+    ok, _ = bwrap_status()
     config = SandboxConfig(pool_size=1, layers={"bwrap": "required"})
     if not ok:
         with pytest.raises(SandboxUnavailable, match="bwrap"):
