@@ -146,7 +146,7 @@ def test_worker_recycled_after_episode_budget():
 def test_worker_has_empty_environment(pool):
     source = COUNTER.replace(
         'return f"value {self.value}", {"seed": seed}',
-        'import os\n        return repr(sorted(os.environ)), {}',
+        "import os\n        return repr(sorted(os.environ)), {}",
     )
     env = open_ok(pool, source)
     assert env.reset(0).value[0] == repr(["LANG", "PATH"])
