@@ -41,7 +41,12 @@ def broken(old: str, new: str) -> str:
 def test_reference_environments_are_valid(pool, name):
     report = validate_source(pool, reference.source(name))
     assert report.valid, report
-    assert report.reason == "ok" and report.checks[-1] == "step_types"
+    assert report.reason == "ok"
+    assert report.checks == [
+        "static", "instantiates", "reset_types", "solution_types", "solution_wins",
+        "malformed_actions", "terminates", "deterministic",
+    ]  # fmt: skip
+    assert report.solution_turns >= 1 and set(report.timings) == set(report.checks)
 
 
 CASES = {
@@ -60,6 +65,12 @@ CASES = {
     "solution_raised": broken('return "go"', "raise RuntimeError('no solution')"),
     "timeout": broken("self.turn += 1", "while True: pass"),
     "crashed": broken("self.turn += 1", "import os; os._exit(1)"),
+    "disallowed_import": "import numpy\n" + GOOD,
+    "solution_does_not_win": broken('return "go"', 'return "stop"'),
+    "never_terminates": broken("self.turn >= self.max_turns and not won", "False"),
+    "nondeterministic": broken(
+        'return "say go", {}', 'import random\n        return f"say go {random.random()}", {}'
+    ),
 }
 
 
@@ -71,6 +82,52 @@ def test_broken_environments_get_their_reason(pool, reason):
     assert report.message
 
 
+NONDETERMINISTIC = {
+    "wall clock": ('return "say go", {}', 'import time\n        return f"say go at {time.time()}", {}'),
+    "hash order": ('return "say go", {}', 'return "say go " + ",".join({"a", "b", "c", "d", "e", "f"}), {}'),
+    "object ids": ('return "say go", {}', 'return f"say go {id(object()) % 1000}", {"k": id(self)}'),
+}
+
+
+@pytest.mark.parametrize("name", NONDETERMINISTIC)
+def test_nondeterminism_is_caught(pool, name):
+    report = validate_source(pool, broken(*NONDETERMINISTIC[name]))
+    assert (report.valid, report.reason) == (False, "nondeterministic"), report
+
+
+def test_solution_that_ends_without_winning(pool):
+    loses = broken('won = action.strip() == "go"', "won = False")
+    report = validate_source(pool, loses)
+    assert report.reason == "solution_does_not_win" and "did not end after 1 steps" in report.message
+
+
+def test_hint_leak_and_judge(pool):
+    boxed = broken('return "go"', 'return "\\\\boxed{go}"').replace(
+        'action.strip() == "go"', '"go" in action'
+    )
+    assert validate_source(pool, boxed, hint="Try saying something short.").valid
+    leaking = validate_source(pool, boxed, hint="The answer is go.")
+    assert (leaking.valid, leaking.reason) == (False, "hint_leaks_answer")
+    settings = ValidationSettings(judge=lambda source, hint: (False, "too boring"))
+    judged = validate_source(pool, GOOD, settings)
+    assert (judged.reason, judged.message) == ("judge_rejected", "the judge rejected it: too boring")
+
+
+def test_allowed_imports_are_configurable(pool):
+    source = "import json\n" + GOOD
+    assert validate_source(pool, source).valid
+    only_math = ValidationSettings(allowed_imports=frozenset({"math"}))
+    assert validate_source(pool, source, only_math).reason == "disallowed_import"
+    relative = validate_source(pool, "from . import x\n" + GOOD)
+    assert relative.reason == "disallowed_import" and "relative" in relative.message
+
+
+def test_validation_budget(pool):
+    slow = broken("self.turn += 1", "import time\n        time.sleep(0.05)\n        self.turn += 1")
+    report = validate_source(pool, slow, ValidationSettings(total_timeout_s=0.1))
+    assert report.reason == "validation_timeout"
+
+
 def test_unserializable_step_value_is_a_type_error(pool):
     report = validate_source(pool, broken("{}\n    def solution", "{1, 2}\n    def solution"))
     assert (report.valid, report.reason) == (False, "step_bad_type")
@@ -80,9 +137,15 @@ def test_settings_pass_kwargs_and_range(pool):
     negative = broken("(1.0 if won else 0.0)", "(1.0 if won else -1.0)")
     assert validate_source(pool, negative).reason == "reward_out_of_range"
     assert validate_source(pool, negative, ValidationSettings(reward_range=(-1.0, 1.0))).valid
-    strict = broken("def __init__(self, max_turns=3)", "def __init__(self, max_turns)")
+    strict = broken("def __init__(self, max_turns=3)", "def __init__(self, size, max_turns=3)")
     assert validate_source(pool, strict).reason == "init_raised"
-    assert validate_source(pool, strict, ValidationSettings(env_kwargs={"max_turns": 2})).valid
+    assert validate_source(pool, strict, ValidationSettings(env_kwargs={"size": 2})).valid
+    # A constructor without max_turns is instantiated without it.
+    fixed = broken(
+        "def __init__(self, max_turns=3):\n        self.max_turns = max_turns",
+        "def __init__(self):\n        self.max_turns = 3",
+    )
+    assert validate_source(pool, fixed).valid
 
 
 def test_pool_survives_a_run_of_failures(pool):

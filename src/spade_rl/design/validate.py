@@ -5,20 +5,38 @@ archive, in designer rewards and in statistics. The battery never raises for any
 environment does; an exception here is a bug of ours.
 
 Checks, in order (the first failure decides the verdict):
-- ``syntax_error`` / ``no_env_class`` / ``multiple_env_classes``: parsed in this process, never run;
-- ``load_raised``, ``init_raised``: the module body or the constructor raised;
+
+- static, in this process, never running the code: ``syntax_error``, ``no_env_class``,
+  ``multiple_env_classes``, ``disallowed_import`` (imports outside the allow-list: the standard
+  library by default, plus any configured extras such as numpy);
+- ``load_raised`` / ``init_raised``: the module body or the constructor raised;
 - ``reset_raised`` / ``reset_bad_type``: ``reset(seed)`` answers ``(non-empty str, dict)``;
-- ``step_raised`` / ``step_bad_type`` / ``reward_not_finite`` / ``reward_out_of_range``: ``step``
-  answers a well-formed action (the first of the reference solution), an empty action and a garbage
-  action with a correctly typed 5-tuple and a finite reward in range;
-- ``solution_raised`` / ``solution_bad_type``: ``solution()`` gives one or more actions;
+- ``solution_raised`` / ``solution_bad_type``: ``solution()`` gives one or more actions, no more
+  than ``max_turns``;
+- ``step_raised`` / ``step_bad_type`` / ``reward_not_finite`` / ``reward_out_of_range``: every
+  ``step`` below answers a correctly typed 5-tuple with a finite reward in range;
+- ``solution_does_not_win``: replaying ``solution()`` through ``step`` ends terminated with the
+  maximum reward;
+- the empty action and a malformed action each get a well-typed answer;
+- ``never_terminates``: malformed actions end the episode (terminated or truncated) within
+  ``max_turns`` steps;
+- ``nondeterministic``: a fresh interpreter, reset with the same seed and given the same actions,
+  gives an identical transcript (catches wall-clock use, unseeded RNGs and hash-order dependence);
+- ``hint_leaks_answer``: the hint, when given, does not contain the final answer;
+- ``judge_rejected``: an optional judge (for example an LLM) accepts it; off by default;
 - sandbox failures during any call: ``timeout``, ``crashed``, ``memory``, ``output_too_large``,
-  ``protocol_error``.
+  ``protocol_error``, ``worker_lost``; ``validation_timeout`` when the whole battery runs past its
+  budget.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from spade_rl.envs.contract import (
@@ -28,9 +46,10 @@ from spade_rl.envs.contract import (
     check_step_value,
 )
 from spade_rl.envs.loader import find_env_classes
-from spade_rl.sandbox import CallResult, SandboxPool, Status
+from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool, Status
 
 MALFORMED_ACTIONS = ("", "this is not a valid action %%% \\boxed{??}")
+Judge = Callable[[str, str], tuple[bool, str]]  # (source, hint) -> (accepted, why)
 
 
 @dataclass
@@ -40,7 +59,9 @@ class ValidationReport:
     message: str = ""
     class_name: str = ""
     checks: list[str] = field(default_factory=list)  # the checks that passed, in order
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per check
     seconds: float = 0.0
+    solution_turns: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -49,8 +70,30 @@ class ValidationReport:
 @dataclass(frozen=True)
 class ValidationSettings:
     seed: int = 0
+    max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
     reward_range: tuple[float, float] = (0.0, 1.0)
     env_kwargs: dict = field(default_factory=dict)
+    allowed_imports: frozenset[str] | None = None  # top-level module names; None: the standard library
+    extra_imports: tuple[str, ...] = ()  # allowed on top of the standard library, e.g. ("numpy",)
+    call_timeout_s: float = 2.0
+    total_timeout_s: float = 20.0
+    check_determinism: bool = True
+    judge: Judge | None = None
+
+    def __post_init__(self) -> None:
+        low, high = self.reward_range
+        if not low < high:
+            raise ValueError(f"reward_range must be (low, high) with low < high, got {self.reward_range}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.call_timeout_s <= 0 or self.total_timeout_s <= 0:
+            raise ValueError("call_timeout_s and total_timeout_s must be positive")
+
+    def allowed(self) -> frozenset[str]:
+        base = (
+            self.allowed_imports if self.allowed_imports is not None else frozenset(sys.stdlib_module_names)
+        )
+        return base | frozenset(self.extra_imports)
 
 
 class _Failed(Exception):
@@ -59,7 +102,198 @@ class _Failed(Exception):
         self.reason = reason
 
 
-def _expect_ok(result: CallResult, phase: str) -> object:
+# --- static checks (no code runs) ------------------------------------------------------------------
+def imported_modules(tree: ast.AST) -> list[str]:
+    """Top-level names of every module imported anywhere in the tree ("." for relative imports)."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.append("." if node.level else (node.module or "").split(".")[0])
+    return names
+
+
+def takes_max_turns(tree: ast.Module, class_name: str) -> bool:
+    """Whether the class's ``__init__`` has a ``max_turns`` parameter (or ``**kwargs``)."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = item.args
+                    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                    return "max_turns" in names or args.kwarg is not None
+    return False
+
+
+def static_checks(source: str, settings: ValidationSettings) -> tuple[str, bool]:
+    """Returns the class name and whether it takes ``max_turns``; raises ``_Failed``."""
+    try:
+        names = find_env_classes(source)
+    except ContractViolation as exc:
+        raise _Failed(exc.reason, str(exc)) from None
+    if len(names) != 1:
+        reason = "no_env_class" if not names else "multiple_env_classes"
+        raise _Failed(reason, f"expected exactly one top-level *Env class, found {names or 'none'}")
+    tree = ast.parse(source)
+    allowed = settings.allowed()
+    bad = sorted({name for name in imported_modules(tree) if name not in allowed})
+    if bad:
+        raise _Failed(
+            "disallowed_import",
+            f"imports {', '.join(bad)}; allowed: the standard library"
+            + (f" and {', '.join(settings.extra_imports)}" if settings.extra_imports else "")
+            + " (relative imports are never allowed)",
+        )
+    return names[0], takes_max_turns(tree, names[0])
+
+
+# --- the battery -----------------------------------------------------------------------------------
+class _Battery:
+    def __init__(self, pool: SandboxPool, source: str, hint: str, settings: ValidationSettings):
+        self.pool = pool
+        self.source = source
+        self.hint = hint
+        self.settings = settings
+        self.report = ValidationReport(valid=False, reason="ok")
+        self.started = time.perf_counter()
+        self.handles: list[EnvHandle] = []
+
+    def passed(self, check: str, since: float) -> None:
+        now = time.perf_counter()
+        self.report.checks.append(check)
+        self.report.timings[check] = now - since
+        if now - self.started > self.settings.total_timeout_s:
+            raise _Failed(
+                "validation_timeout",
+                f"validation took over its budget of {self.settings.total_timeout_s} s (after {check})",
+            )
+
+    def open(self, kwargs: dict, fresh_worker: bool) -> EnvHandle:
+        opened = self.pool.open(self.source, kwargs, self.settings.call_timeout_s, fresh_worker)
+        handle = _value(opened, "open")
+        self.handles.append(handle)
+        return handle
+
+    def reset(self, env: EnvHandle) -> list:
+        value = _value(env.reset(self.settings.seed, self.settings.call_timeout_s), "reset")
+        _contract(check_reset_value, value)
+        return value
+
+    def step(self, env: EnvHandle, action: str) -> list:
+        value = _value(env.step(action, self.settings.call_timeout_s), "step")
+        _contract(check_step_value, value, self.settings.reward_range)
+        return value
+
+    def play(self, env: EnvHandle, actions: list[str]) -> list:
+        """Reset, then the actions until the episode ends; the transcript as JSON-able values."""
+        transcript = [self.reset(env)]
+        for action in actions:
+            result = self.step(env, action)
+            transcript.append(result)
+            if result[2] or result[3]:
+                break
+        return transcript
+
+    def run(self) -> None:
+        s, report = self.settings, self.report
+        t = time.perf_counter()
+        report.class_name, has_max_turns = static_checks(self.source, s)
+        kwargs = {**({"max_turns": s.max_turns} if has_max_turns else {}), **s.env_kwargs}
+        self.passed("static", t)
+
+        t = time.perf_counter()
+        env = self.open(kwargs, fresh_worker=False)
+        self.passed("instantiates", t)
+
+        t = time.perf_counter()
+        self.reset(env)
+        self.passed("reset_types", t)
+
+        t = time.perf_counter()
+        actions = _contract(check_solution_value, _value(env.solution(s.call_timeout_s), "solution"))
+        if len(actions) > s.max_turns:
+            raise _Failed(
+                "solution_bad_type", f"solution() has {len(actions)} actions; max_turns is {s.max_turns}"
+            )
+        self.passed("solution_types", t)
+
+        t = time.perf_counter()
+        transcript = self.play(env, actions)
+        last = transcript[-1]
+        turns = len(transcript) - 1
+        if not (turns >= 1 and last[2] and last[1] >= s.reward_range[1]):
+            ended = "terminated" if turns and last[2] else "truncated" if turns and last[3] else "did not end"
+            raise _Failed(
+                "solution_does_not_win",
+                f"replaying solution() ({len(actions)} actions) {ended} after {turns} steps with reward "
+                f"{last[1] if turns else None}; a win is terminated with reward {s.reward_range[1]}",
+            )
+        report.solution_turns = turns
+        self.passed("solution_wins", t)
+
+        t = time.perf_counter()
+        for action in MALFORMED_ACTIONS:
+            self.reset(env)
+            self.step(env, action)
+        self.passed("malformed_actions", t)
+
+        t = time.perf_counter()
+        self.reset(env)
+        for _ in range(s.max_turns):
+            result = self.step(env, MALFORMED_ACTIONS[1])
+            if result[2] or result[3]:
+                break
+        else:
+            raise _Failed("never_terminates", f"{s.max_turns} malformed actions did not end the episode")
+        self.passed("terminates", t)
+
+        if s.check_determinism:
+            t = time.perf_counter()
+            again = self.play(self.open(kwargs, fresh_worker=True), actions)
+            if _canonical(again) != _canonical(transcript):
+                where = next(i for i, (a, b) in enumerate(zip(again, transcript, strict=False)) if a != b)
+                raise _Failed(
+                    "nondeterministic",
+                    f"a fresh worker with seed {s.seed} and the same actions gave a different transcript "
+                    f"at {'reset' if where == 0 else f'step {where}'}",
+                )
+            self.passed("deterministic", t)
+
+        if self.hint:
+            t = time.perf_counter()
+            leaked = leaked_answer(self.hint, actions[-1])
+            if leaked:
+                raise _Failed("hint_leaks_answer", f"the hint contains the final answer {leaked!r}")
+            self.passed("hint_no_leak", t)
+
+        if s.judge is not None:
+            t = time.perf_counter()
+            accepted, why = s.judge(self.source, self.hint)
+            if not accepted:
+                raise _Failed("judge_rejected", f"the judge rejected it: {why}")
+            self.passed("judge", t)
+        report.valid = True
+
+
+def validate_source(
+    pool: SandboxPool, source: str, settings: ValidationSettings | None = None, hint: str = ""
+) -> ValidationReport:
+    """Run the battery on ``source`` (and ``hint``); never raises for anything the environment does."""
+    battery = _Battery(pool, source, hint, settings or ValidationSettings())
+    try:
+        battery.run()
+    except _Failed as exc:
+        battery.report.reason, battery.report.message = exc.reason, str(exc)
+    finally:
+        for handle in battery.handles:
+            handle.close()
+        battery.report.seconds = time.perf_counter() - battery.started
+    return battery.report
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+def _value(result: CallResult, phase: str):
     if result.ok:
         return result.value
     if result.status is Status.EXCEPTION:
@@ -71,49 +305,33 @@ def _expect_ok(result: CallResult, phase: str) -> object:
     raise _Failed(result.reason, f"{phase}: {result.error}")
 
 
-def validate_source(
-    pool: SandboxPool, source: str, settings: ValidationSettings | None = None
-) -> ValidationReport:
-    """Run the battery on ``source``; never raises for anything the environment does."""
-    settings = settings or ValidationSettings()
-    start = time.perf_counter()
-    report = ValidationReport(valid=False, reason="ok")
-    env = None
+def _contract(check, *args):
     try:
-        try:
-            names = find_env_classes(source)
-        except ContractViolation as exc:
-            raise _Failed(exc.reason, str(exc)) from None
-        if len(names) != 1:
-            reason = "no_env_class" if not names else "multiple_env_classes"
-            raise _Failed(reason, f"expected exactly one *Env class, found {names or 'none'}")
-        report.checks.append("one_env_class")
-        opened = pool.open(source, kwargs=settings.env_kwargs)
-        _expect_ok(opened, "open")
-        env = opened.value
-        report.class_name = env.class_name
-        report.checks.append("instantiates")
-        _check(lambda: check_reset_value(_expect_ok(env.reset(settings.seed), "reset")))
-        report.checks.append("reset_types")
-        actions = _check(lambda: check_solution_value(_expect_ok(env.solution(), "solution")))
-        report.checks.append("solution_types")
-        for action in (actions[0], *MALFORMED_ACTIONS):
-            _check(lambda a=action: check_step_value(_expect_ok(env.step(a), "step"), settings.reward_range))
-            # A finished episode may answer anything valid; start again so each action is probed.
-            _check(lambda: check_reset_value(_expect_ok(env.reset(settings.seed), "reset")))
-        report.checks.append("step_types")
-        report.valid = True
-    except _Failed as exc:
-        report.reason, report.message = exc.reason, str(exc)
-    finally:
-        if env is not None:
-            env.close()
-        report.seconds = time.perf_counter() - start
-    return report
-
-
-def _check(fn):
-    try:
-        return fn()
+        return check(*args)
     except ContractViolation as exc:
         raise _Failed(exc.reason, str(exc)) from None
+
+
+def _canonical(transcript: list) -> str:
+    return json.dumps(transcript, sort_keys=True, default=repr)
+
+
+_WRAPPERS = (re.compile(r"\\boxed\{(.*)\}", re.S), re.compile(r"<answer>(.*?)</answer>", re.S))
+
+
+def leaked_answer(hint: str, final_action: str) -> str:
+    """The final answer if the hint contains it as a whole word or number, else ''.
+
+    The answer is the content of ``\\boxed{...}`` or ``<answer>...</answer>`` in the final action,
+    or the action itself. Answers shorter than two characters are not checked (too many false
+    alarms: "1" appears in most hints)."""
+    answer = final_action.strip()
+    for pattern in _WRAPPERS:
+        match = pattern.search(answer)
+        if match:
+            answer = match.group(1).strip()
+            break
+    if len(answer) < 2:
+        return ""
+    pattern = r"(?<![\w.])" + re.escape(answer) + r"(?![\w])"
+    return answer if re.search(pattern, hint, re.IGNORECASE) else ""

@@ -194,20 +194,31 @@ class SandboxPool:
                 _kill(worker)
 
     # --- public operations ----------------------------------------------------------------------
-    def open(self, source: str, kwargs: dict | None = None, timeout_s: float | None = None) -> CallResult:
+    def open(
+        self,
+        source: str,
+        kwargs: dict | None = None,
+        timeout_s: float | None = None,
+        fresh_worker: bool = False,
+    ) -> CallResult:
         """Load ``source`` (in a worker bound to it) and create one instance of its ``*Env`` class.
-        On success ``value`` is an ``EnvHandle``."""
-        return self.open_many([(source, kwargs)], timeout_s)[0]
+        On success ``value`` is an ``EnvHandle``. ``fresh_worker`` asks for a worker that has run
+        nothing yet (a new interpreter: new hash seed, new global RNG state), as the determinism
+        check needs."""
+        return self.open_many([(source, kwargs)], timeout_s, fresh_worker)[0]
 
     def open_many(
-        self, requests: list[tuple[str, dict | None]], timeout_s: float | None = None
+        self,
+        requests: list[tuple[str, dict | None]],
+        timeout_s: float | None = None,
+        fresh_worker: bool = False,
     ) -> list[CallResult]:
         """``open`` for many (source, kwargs) pairs; new workers start in parallel."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
             timeout = timeout_s or self.config.load_timeout_s
-            placed = [self._place(_source_hash(source)) for source, _ in requests]
+            placed = [self._place(_source_hash(source), fresh_worker) for source, _ in requests]
             for worker in _unique(placed):
                 self._await_ready(worker)
             loads = {
@@ -295,12 +306,15 @@ class SandboxPool:
     def _live_workers(self) -> list[_Worker]:
         return [w for w in self._workers if not w.dead]
 
-    def _place(self, digest: str) -> _Worker:
+    def _place(self, digest: str, fresh: bool = False) -> _Worker:
         live = self._live_workers()
         bound = [
             w
             for w in live
-            if w.source_hash == digest and not w.tainted and w.created < self.config.episodes_per_worker
+            if w.source_hash == digest
+            and not w.tainted
+            and w.created < self.config.episodes_per_worker
+            and not (fresh and w.loaded)
         ]
         free = [w for w in live if w.source_hash is None]
         best = min(bound, key=lambda w: len(w.live), default=None)
@@ -315,6 +329,7 @@ class SandboxPool:
         if idle:
             _kill(idle[0])
             self.stats["killed"] += 1
+            self._workers.remove(idle[0])
             return self._claim(self._spawn(), digest)
         if best is not None:
             return self._claim(best, digest)
