@@ -127,7 +127,7 @@ class Worker:
             }
         except MemoryError:
             return {"ok": False, "kind": "memory", "type": "MemoryError", "message": "out of memory"}
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - environment code may raise anything, SystemExit too
             return {
                 "ok": False,
                 "kind": "exception",
@@ -192,14 +192,14 @@ def _write_all(fd: int, data: bytes) -> None:
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a hostile __str__
         return f"<{type(exc).__name__} with an unprintable message>"
 
 
 def _format_tb(exc: BaseException) -> str:
     try:
         return "".join(traceback.format_exception(exc))[-4000:]
-    except Exception:
+    except Exception:  # noqa: BLE001 - a hostile exception object
         return ""
 
 
@@ -211,7 +211,7 @@ def main() -> None:
     os.close(devnull)
     try:
         start(in_fd, out_fd, json.loads(sys.argv[1]))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a bug of ours while starting: tell the pool what it was
         protocol.write_frame(out_fd, {"ready": False, "error": traceback.format_exc()[-4000:], "layers": []})
         os._exit(4)
 
