@@ -1,0 +1,152 @@
+"""Designer prompts: ask the policy for one environment grounded in a document, and for a hint.
+
+``designer_chat`` builds the chat (system + user messages) from a corpus document, a skill and
+memory examples; ``hint_chat`` builds the second call of the two-call hint mode, which reads the
+code. Both return plain chat messages (``{"role", "content"}``): the policy renders them with its
+tokenizer's chat template, never with hand-written special tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GAME_SKILLS = ("math", "logic", "spatial", "pattern", "optimisation", "causal")
+TOOL_USE_SKILLS = ("retail", "travel", "calendar", "banking", "files", "data lookup")
+SETTINGS = ("games", "tool_use")
+HINT_MODES = ("inline", "separate")
+
+_CONTRACT = """\
+An environment is ONE Python module with exactly ONE class whose name ends in `Env`:
+
+    class SomethingEnv:
+        def __init__(self, max_turns: int = 10): ...          # no I/O, no randomness here
+        def reset(self, seed: int | None = None) -> tuple[str, dict]:
+            # create random.Random(seed) here; return (first observation text, info dict)
+        def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+            # return (observation, reward, terminated, truncated, info)
+        def solution(self) -> list[str]:
+            # after reset(): the actions that win this instance when sent to step() in order
+
+Rules:
+- Only the Python standard library. Deterministic for a given seed: all randomness from
+  random.Random(seed); no time, no global random, no set iteration order in outputs.
+- Rewards lie in [0, 1]: 1.0 for a win (terminated=True), 0.0 otherwise; partial credit allowed.
+- Never raise on a malformed action: answer with an observation that explains the expected format,
+  reward 0.0, and count the turn. End the episode (truncated=True) after max_turns turns.
+- The first observation explains the task and the exact action format.
+- info dicts hold only plain JSON values (str, int, float, bool, None, lists, dicts)."""
+
+_GAMES = """\
+The agent writes each action inside \\boxed{...}; parse the LAST \\boxed{...} of the action text.
+Make the task need reasoning: the agent should have to think, not guess."""
+
+_TOOL_USE = """\
+This is a TOOL-USE environment. The first observation lists the tools as OpenAI-style JSON schemas
+({"type": "function", "function": {"name", "description", "parameters"}}) and states a question.
+The agent calls tools with <tool_call>{"name": ..., "arguments": {...}}</tool_call> (one or more per
+action) and finishes with <answer>...</answer>. Tool results come back as JSON in the observation;
+invalid JSON, unknown tools or bad arguments give an error observation, never an exception.
+Answering the question must need at least two tool calls."""
+
+
+@dataclass(frozen=True)
+class MemoryExample:
+    """An environment from the archive shown to the designer, with how the agent fared on it."""
+
+    source: str
+    hint: str
+    skill: str
+    win_rate: float  # agent's win rate without the hint
+    win_rate_hint: float  # with the hint
+    positive: bool  # True: at the learning frontier (imitate); False: too easy or too hard (avoid)
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    setting: str = "games"
+    hint_mode: str = "inline"
+    max_document_words: int = 1500
+    max_example_chars: int = 3000
+
+    def __post_init__(self) -> None:
+        if self.setting not in SETTINGS:
+            raise ValueError(f"prompt setting {self.setting!r} is not one of {list(SETTINGS)}")
+        if self.hint_mode not in HINT_MODES:
+            raise ValueError(f"hint_mode {self.hint_mode!r} is not one of {list(HINT_MODES)}")
+        if self.max_document_words < 1 or self.max_example_chars < 200:
+            raise ValueError("max_document_words must be >= 1 and max_example_chars >= 200")
+
+
+def _truncate_words(text: str, limit: int) -> str:
+    words = text.split()
+    return text.strip() if len(words) <= limit else " ".join(words[:limit]) + " [...]"
+
+
+def _example_block(example: MemoryExample, index: int, limit: int) -> str:
+    source = example.source if len(example.source) <= limit else example.source[:limit] + "\n# [...]"
+    verdict = (
+        "GOOD (at the agent's frontier: the hint helped)"
+        if example.positive
+        else "AVOID (" + ("too easy" if example.win_rate > 0.5 else "too hard") + ")"
+    )
+    return (
+        f"Example {index} [{verdict}] skill={example.skill} win rate without hint "
+        f"{example.win_rate:.2f}, with hint {example.win_rate_hint:.2f}\n"
+        f"```python\n{source.rstrip()}\n```\nHint: {example.hint}"
+    )
+
+
+def designer_chat(
+    document: str,
+    skill: str,
+    examples: list[MemoryExample] | tuple[MemoryExample, ...] = (),
+    config: PromptConfig = PromptConfig(),
+    title: str = "",
+) -> list[dict]:
+    """The chat that asks for one environment (and, in inline hint mode, its hint)."""
+    setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES
+    system = (
+        "You design executable training environments for an AI agent. "
+        "You write correct, self-contained Python.\n\n" + _CONTRACT + "\n\n" + setting_rules
+    )
+    parts = [
+        "Design a new environment grounded in this document"
+        + (f" ({title})" if title else "")
+        + ":\n<document>\n"
+        + _truncate_words(document, config.max_document_words)
+        + "\n</document>",
+        f"Skill to exercise: {skill}. Take the entities, rules or facts of the document and turn them "
+        "into a task that trains this skill. It should be hard enough that a capable agent needs several "
+        "tries, but solvable: your solution() must win.",
+    ]
+    if examples:
+        blocks = [_example_block(e, i + 1, config.max_example_chars) for i, e in enumerate(examples)]
+        parts.append(
+            "Past environments and how the agent did. Make something new, at the difficulty of the GOOD "
+            "ones:\n\n" + "\n\n".join(blocks)
+        )
+    answer = "Answer with the complete module in one ```python code block"
+    if config.hint_mode == "inline":
+        answer += (
+            ", then a hint for the agent between <hint> and </hint>: 1-3 sentences, under 100 words, "
+            "a strategy that helps, never the answer itself."
+        )
+    else:
+        answer += "."
+    parts.append(answer)
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def hint_chat(source: str, skill: str = "") -> list[dict]:
+    """The second call of the two-call mode: read the environment and write the privileged hint."""
+    system = "You write short hints that help an AI agent solve a task without giving the answer away."
+    user = (
+        "Here is an environment the agent will play"
+        + (f" (skill: {skill})" if skill else "")
+        + ":\n```python\n"
+        + source.rstrip()
+        + "\n```\nWrite a hint for the agent between <hint> and </hint>: 1-3 sentences, under 100 words, "
+        "a strategy or insight that makes winning easier. Never state the answer, the secret or the "
+        "exact winning actions."
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
