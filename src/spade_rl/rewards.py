@@ -1,0 +1,109 @@
+"""Rewards and advantages of both roles: small pure functions over floats.
+
+Agent: the return of an episode is its final reward, 0 when the episode was truncated (ran out of
+turns or context). Advantages are z-scores within the group of plays of one environment.
+
+Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the difficulty band
+``plateau(win)`` (1 inside ``[0.4, 0.6]``, falling linearly to 0 over 0.25 on each side); the
+reference blend ``0.6 * plateau(win) + 0.4 * clip(regret / 0.15, 0, 1)``, or pure regret, or the
+pure band. Designs that fail validation get a fixed penalty (0 when invalid, -0.5 on timeout).
+Designer advantages are centred within their group (one prompt group or one skill).
+
+A group whose rewards are all equal carries no signal for GRPO: ``group_advantages`` reports it so
+that callers can count such groups and drop them from the update.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DESIGNER_MODES = ("blend", "regret", "band")
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def episode_return(final_reward: float, truncated: bool) -> float:
+    """An episode's return: its final reward, or 0 when it was truncated."""
+    return 0.0 if truncated else float(final_reward)
+
+
+def regret(returns_with_hint: Sequence[float], returns_without_hint: Sequence[float]) -> float:
+    """Hint-based regret ``max(0, mean(with) - mean(without))``."""
+    return max(0.0, mean(returns_with_hint) - mean(returns_without_hint))
+
+
+def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 0.25) -> float:
+    """1 for a win rate inside ``[low, high]``, linear down to 0 at ``low - ramp`` and ``high + ramp``."""
+    if not 0.0 <= low <= high <= 1.0 or ramp <= 0:
+        raise ValueError(f"plateau needs 0 <= low <= high <= 1 and ramp > 0, got {low}, {high}, {ramp}")
+    if win_rate < low:
+        return max(0.0, 1.0 - (low - win_rate) / ramp)
+    if win_rate > high:
+        return max(0.0, 1.0 - (win_rate - high) / ramp)
+    return 1.0
+
+
+@dataclass(frozen=True)
+class DesignerRewardConfig:
+    mode: str = "blend"  # blend | regret | band
+    w_band: float = 0.6
+    w_regret: float = 0.4
+    regret_scale: float = 0.15
+    band_low: float = 0.4
+    band_high: float = 0.6
+    band_ramp: float = 0.25
+    invalid_penalty: float = 0.0
+    timeout_penalty: float = -0.5
+
+    def __post_init__(self) -> None:
+        if self.mode not in DESIGNER_MODES:
+            raise ValueError(f"designer reward mode {self.mode!r} is not one of {list(DESIGNER_MODES)}")
+        if self.regret_scale <= 0:
+            raise ValueError(f"regret_scale must be positive, got {self.regret_scale}")
+        if self.w_band < 0 or self.w_regret < 0:
+            raise ValueError("w_band and w_regret must not be negative")
+        plateau(0.5, self.band_low, self.band_high, self.band_ramp)  # validates the band
+
+
+def designer_reward(win_rate: float, regret_value: float, config: DesignerRewardConfig) -> float:
+    """The reward of a valid design from its no-hint win rate and its regret."""
+    band = plateau(win_rate, config.band_low, config.band_high, config.band_ramp)
+    scaled_regret = min(1.0, max(0.0, regret_value / config.regret_scale))
+    if config.mode == "regret":
+        return regret_value
+    if config.mode == "band":
+        return band
+    return config.w_band * band + config.w_regret * scaled_regret
+
+
+def invalid_design_reward(reason: str, config: DesignerRewardConfig) -> float:
+    """The fixed penalty of a design that failed parsing or validation with ``reason``."""
+    return config.timeout_penalty if reason in ("timeout", "validation_timeout") else config.invalid_penalty
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantages: tuple[float, ...]
+    has_signal: bool  # False when every reward in the group is the same
+
+
+def zscore_advantages(rewards: Sequence[float], eps: float = 1e-6) -> GroupAdvantages:
+    """Agent advantages: ``(r - mean) / (std + eps)`` within one group (population std)."""
+    m = mean(rewards)
+    std = math.sqrt(math.fsum((r - m) ** 2 for r in rewards) / len(rewards))
+    if std < eps:
+        return GroupAdvantages(tuple(0.0 for _ in rewards), False)
+    return GroupAdvantages(tuple((r - m) / (std + eps) for r in rewards), True)
+
+
+def centred_advantages(rewards: Sequence[float], eps: float = 1e-9) -> GroupAdvantages:
+    """Designer advantages: ``r - mean`` within one group."""
+    m = mean(rewards)
+    advantages = tuple(r - m for r in rewards)
+    return GroupAdvantages(advantages, any(abs(a) > eps for a in advantages))

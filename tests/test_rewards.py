@@ -1,0 +1,85 @@
+"""Rewards and advantages, against numbers computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from spade_rl.rewards import (
+    DesignerRewardConfig,
+    centred_advantages,
+    designer_reward,
+    episode_return,
+    invalid_design_reward,
+    plateau,
+    regret,
+    zscore_advantages,
+)
+
+
+def test_episode_return():
+    assert episode_return(1.0, truncated=False) == 1.0
+    assert episode_return(0.4, truncated=False) == 0.4
+    assert episode_return(1.0, truncated=True) == 0.0
+
+
+def test_regret_is_floored():
+    assert regret([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(0.25)
+    assert regret([0, 0], [1, 1]) == 0.0
+    with pytest.raises(ValueError):
+        regret([], [1])
+
+
+@pytest.mark.parametrize(
+    ("win", "expected"),
+    [(0.5, 1.0), (0.4, 1.0), (0.6, 1.0), (0.3, 0.6), (0.15, 0.0), (0.0, 0.0), (0.7, 0.6), (0.85, 0.0),
+     (1.0, 0.0), (0.2, 0.2)],
+)  # fmt: skip
+def test_plateau(win, expected):
+    assert plateau(win) == pytest.approx(expected)
+
+
+def test_designer_reward_blend_and_modes():
+    config = DesignerRewardConfig()
+    # win 0.3 -> plateau 0.6; regret 0.075 -> 0.5 of scale: 0.6*0.6 + 0.4*0.5 = 0.56
+    assert designer_reward(0.3, 0.075, config) == pytest.approx(0.56)
+    # regret above scale is clipped to 1: 0.6*1 + 0.4*1 = 1
+    assert designer_reward(0.5, 0.5, config) == pytest.approx(1.0)
+    assert designer_reward(1.0, 0.0, config) == 0.0
+    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="regret")) == pytest.approx(0.075)
+    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="band")) == pytest.approx(0.6)
+
+
+def test_penalties():
+    config = DesignerRewardConfig()
+    assert invalid_design_reward("syntax_error", config) == 0.0
+    assert invalid_design_reward("timeout", config) == -0.5
+    assert invalid_design_reward("validation_timeout", config) == -0.5
+
+
+def test_zscore_advantages():
+    # rewards 1, 0, 0, 1: mean 0.5, population std 0.5 -> +-1
+    group = zscore_advantages([1.0, 0.0, 0.0, 1.0])
+    assert group.has_signal
+    assert group.advantages == pytest.approx((1.0, -1.0, -1.0, 1.0), abs=1e-5)
+    # 1, 0, 0, 0: mean 0.25, std sqrt(0.1875) = 0.4330 -> 1.7321, -0.5774
+    assert zscore_advantages([1, 0, 0, 0]).advantages == pytest.approx(
+        (1.7321, -0.5774, -0.5774, -0.5774), abs=1e-4
+    )
+    flat = zscore_advantages([0.5, 0.5, 0.5])
+    assert not flat.has_signal and flat.advantages == (0.0, 0.0, 0.0)
+
+
+def test_centred_advantages():
+    group = centred_advantages([0.56, 0.0, -0.5, 0.2])
+    assert group.advantages == pytest.approx((0.495, -0.065, -0.565, 0.135))
+    assert math.fsum(group.advantages) == pytest.approx(0.0)
+    assert not centred_advantages([0.0, 0.0]).has_signal
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="blend"):
+        DesignerRewardConfig(mode="max")
+    with pytest.raises(ValueError, match="plateau"):
+        DesignerRewardConfig(band_low=0.7, band_high=0.6)
