@@ -1,0 +1,79 @@
+"""Configuration of the environment archive: the frontier band, memory and training-pool sampling, SQLite.
+
+One frozen dataclass, validated on construction; every bad value raises ``ValueError`` saying what
+was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SYNCHRONOUS_MODES = ("FULL", "EXTRA", "NORMAL")
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    """How the archive chooses environments for the designer's memory and the agent's training pool.
+
+    - ``band_low``/``band_high``: the frontier band of latest no-hint win rates (inclusive). Memory
+      positives lie inside it; memory negatives outside it (too hard below, too easy above).
+    - ``memory_positives``/``memory_negatives``: how many of each a memory sample asks for.
+    - ``memory_size``: positives are drawn from the best ``memory_size`` in-band environments (ranked
+      by :func:`~spade_rl.archive.sampling.pool_weight`): the "most useful few hundred" of SPADE.
+    - ``weight_floor``, ``regret_mix``, ``unplayed_weight``: the training-pool weight, see
+      :func:`~spade_rl.archive.sampling.pool_weight`. The floor keeps every valid environment drawable.
+    - ``busy_timeout_s``: how long a writer waits for another writer's transaction before failing.
+    - ``synchronous``: SQLite's ``PRAGMA synchronous``. ``FULL`` (default) also survives a power cut;
+      ``NORMAL`` survives a killed process but may lose the last commits on a power cut.
+    """
+
+    band_low: float = 0.15
+    band_high: float = 0.85
+    memory_positives: int = 2
+    memory_negatives: int = 1
+    memory_size: int = 256
+    weight_floor: float = 0.05
+    regret_mix: float = 0.5
+    unplayed_weight: float = 0.5
+    busy_timeout_s: float = 30.0
+    synchronous: str = "FULL"
+
+    def __post_init__(self) -> None:
+        for name in (
+            "band_low",
+            "band_high",
+            "weight_floor",
+            "regret_mix",
+            "unplayed_weight",
+            "busy_timeout_s",
+        ):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise ValueError(f"archive setting {name} must be a finite number, got {value!r}")
+        if not 0.0 <= self.band_low < self.band_high <= 1.0:
+            raise ValueError(
+                f"archive band [{self.band_low}, {self.band_high}] is not allowed: "
+                "need 0 <= band_low < band_high <= 1"
+            )
+        for name, least in (("memory_positives", 0), ("memory_negatives", 0), ("memory_size", 1)):
+            value = getattr(self, name)
+            if type(value) is not int or value < least:
+                raise ValueError(f"archive setting {name} must be an integer >= {least}, got {value!r}")
+        if not 0.0 < self.weight_floor <= 1.0:
+            raise ValueError(
+                f"archive setting weight_floor must lie in (0, 1] so that every valid environment "
+                f"can be drawn, got {self.weight_floor!r}"
+            )
+        if not 0.0 <= self.regret_mix <= 1.0:
+            raise ValueError(f"archive setting regret_mix must lie in [0, 1], got {self.regret_mix!r}")
+        if self.unplayed_weight <= 0.0:
+            raise ValueError(
+                f"archive setting unplayed_weight must be positive, got {self.unplayed_weight!r}"
+            )
+        if self.busy_timeout_s < 0.0:
+            raise ValueError(f"archive setting busy_timeout_s must be >= 0, got {self.busy_timeout_s!r}")
+        if self.synchronous not in SYNCHRONOUS_MODES:
+            raise ValueError(
+                f"archive setting synchronous is {self.synchronous!r}; allowed: {list(SYNCHRONOUS_MODES)}"
+            )

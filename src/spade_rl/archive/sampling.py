@@ -1,0 +1,153 @@
+"""The maths of choosing environments: frontier weights, weighted draws, and the memory pick.
+
+Pure functions over plain values; the archive feeds them rows and turns their choices into records.
+
+- :func:`frontier_closeness`: 1 at the middle of the band, 0 at its edges and outside;
+- :func:`pool_weight`: ``floor + (1 - mix) * closeness + mix * clip(regret, 0, 1)``;
+- :func:`weighted_sample`: k distinct items, each draw proportional to weight among those left;
+- :func:`pick_memory`: SPADE step 1, positives from the band and negatives from outside it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from spade_rl.archive.config import ArchiveConfig
+
+T = TypeVar("T")
+
+
+def frontier_closeness(win_rate: float, low: float, high: float) -> float:
+    """``max(0, 1 - |win_rate - mid| / half)`` with ``mid = (low + high) / 2``, ``half = (high - low) / 2``.
+
+    Band [0.15, 0.85]: 0.5 -> 1.0, 0.325 -> 0.5, 0.15 -> 0.0, 0.95 -> 0.0.
+    """
+    mid, half = (low + high) / 2.0, (high - low) / 2.0
+    return max(0.0, 1.0 - abs(win_rate - mid) / half)
+
+
+def in_band(win_rate: float, low: float, high: float) -> bool:
+    """The band is inclusive at both edges."""
+    return low <= win_rate <= high
+
+
+def pool_weight(win_rate: float | None, regret: float | None, config: ArchiveConfig) -> float:
+    """Training-pool weight of a valid environment from its latest no-hint win rate and regret.
+
+    ``w = floor + (1 - mix) * frontier_closeness(win_rate) + mix * clip(regret, 0, 1)``, so every
+    environment weighs at least ``floor`` > 0, and at most ``floor + 1``. An environment never played
+    (``win_rate is None``) weighs ``unplayed_weight``.
+    Defaults (band [0.15, 0.85], floor 0.05, mix 0.5): win 0.5, regret 0.4 -> 0.05 + 0.5 + 0.2 = 0.75.
+    """
+    if win_rate is None:
+        return config.unplayed_weight
+    closeness = frontier_closeness(win_rate, config.band_low, config.band_high)
+    regret_part = min(max(regret or 0.0, 0.0), 1.0)
+    return config.weight_floor + (1.0 - config.regret_mix) * closeness + config.regret_mix * regret_part
+
+
+def probabilities(weights: Sequence[float]) -> list[float]:
+    """``w_i / sum(w)``: the chance of each item on one draw."""
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def weighted_sample(items: Sequence[T], weights: Sequence[float], k: int, rng: random.Random) -> list[T]:
+    """``min(k, len(items))`` distinct items; each draw picks among the items left with chance
+    proportional to weight. Deterministic for a given ``rng`` state and item order."""
+    if len(items) != len(weights):
+        raise ValueError(f"{len(items)} items but {len(weights)} weights")
+    if any(w <= 0.0 for w in weights):
+        raise ValueError("weights must be positive")
+    left, left_w, chosen = list(items), list(weights), []
+    for _ in range(min(k, len(left))):
+        x, acc = rng.random() * sum(left_w), 0.0
+        index = len(left) - 1  # rounding can leave x just above the last cumulative sum
+        for i, w in enumerate(left_w):
+            acc += w
+            if x < acc:
+                index = i
+                break
+        chosen.append(left.pop(index))
+        left_w.pop(index)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid environment as the memory sees it: its latest no-hint win rate and regret, if played."""
+
+    env_id: int
+    win_rate: float | None
+    regret: float | None
+
+
+@dataclass(frozen=True)
+class MemoryPick:
+    """Which environments to show the designer, and why.
+
+    ``kinds`` maps each chosen id to ``"frontier"`` (in the band), ``"reference"`` (fallback),
+    ``"too_easy"`` (above the band) or ``"too_hard"`` (below it). ``complete`` says whether every
+    requested example was found; ``message`` says what was missing and what was used instead.
+    """
+
+    positives: tuple[int, ...]
+    negatives: tuple[int, ...]
+    kinds: dict[int, str]
+    fallback: bool
+    complete: bool
+    message: str
+
+
+def pick_memory(
+    candidates: Sequence[Candidate],
+    reference_ids: Sequence[int],
+    rng: random.Random,
+    config: ArchiveConfig,
+    n_positive: int,
+    n_negative: int,
+) -> MemoryPick:
+    """SPADE step 1: ``n_positive`` frontier environments and ``n_negative`` too easy or too hard ones.
+
+    Positives: played candidates whose win rate lies in the band; the best ``config.memory_size`` of
+    them by :func:`pool_weight` (ties: lower id first) are drawn by that weight without replacement.
+    Negatives: played candidates outside the band, drawn uniformly. Without any positive, up to
+    ``n_positive`` of ``reference_ids`` are drawn uniformly instead (``fallback=True``); with fewer
+    than asked, the sample is smaller. Never raises for a sparse archive: ``message`` explains it.
+    """
+    low, high = config.band_low, config.band_high
+    played = [c for c in candidates if c.win_rate is not None]
+    band = [c for c in played if in_band(c.win_rate, low, high)]  # type: ignore[arg-type]
+    outside = [c for c in played if not in_band(c.win_rate, low, high)]  # type: ignore[arg-type]
+    weight = {c.env_id: pool_weight(c.win_rate, c.regret, config) for c in band}
+    best = sorted(band, key=lambda c: (-weight[c.env_id], c.env_id))[: config.memory_size]
+    positives = weighted_sample([c.env_id for c in best], [weight[c.env_id] for c in best], n_positive, rng)
+    kinds = dict.fromkeys(positives, "frontier")
+    notes, fallback = [], False
+    if n_positive and not positives:
+        positives = rng.sample(list(reference_ids), min(n_positive, len(reference_ids)))
+        kinds.update(dict.fromkeys(positives, "reference"))
+        fallback = True
+        notes.append(
+            f"no played environment has a win rate in the band [{low}, {high}]; "
+            f"using {len(positives)} reference environment(s) as positive examples"
+        )
+    if len(positives) < n_positive:
+        notes.append(f"found {len(positives)} of {n_positive} positive examples")
+    negatives = rng.sample(outside, min(n_negative, len(outside)))
+    for c in negatives:
+        kinds[c.env_id] = "too_hard" if c.win_rate < low else "too_easy"  # type: ignore[operator]
+    if len(negatives) < n_negative:
+        notes.append(f"found {len(negatives)} of {n_negative} negative examples (win rate outside the band)")
+    complete = len(positives) == n_positive and len(negatives) == n_negative and not fallback
+    return MemoryPick(
+        positives=tuple(positives),
+        negatives=tuple(c.env_id for c in negatives),
+        kinds=kinds,
+        fallback=fallback,
+        complete=complete,
+        message="; ".join(notes) if notes else "ok",
+    )

@@ -1,0 +1,529 @@
+"""The environment archive: every environment a run proposed, its verdict, statistics and lineage.
+
+One SQLite file per run (``archive.sqlite`` in the run directory) in WAL mode: readers in other
+connections or processes read a consistent snapshot while one writer writes. Every ``add`` and
+``record_stats`` commits its own transaction; ``batch()`` groups several into one atomic commit. A
+killed process loses only its uncommitted transaction, never a committed one.
+
+- Duplicates: an environment is identified by the hash of its normalised source
+  (:func:`~spade_rl.archive.records.source_hash`). Proposing it again returns the existing id with
+  ``duplicate=True`` and adds a row to ``proposals`` (with that proposal's iteration, verdict and
+  parents); the environment keeps its first hint, verdict and lineage.
+- Statistics: one row per (environment, iteration). ``record_stats`` **replaces** that row by
+  default, so a resumed iteration that plays again does not count twice; ``mode="merge"`` combines
+  the episodes instead (:func:`~spade_rl.archive.records.merge_stats`).
+- Schema: see :mod:`~spade_rl.archive.schema`; a file of another schema version is refused.
+
+Usage::
+
+    with Archive(run_dir / "archive.sqlite") as archive:
+        memory = archive.sample_memory(random.Random(seed), skill="logic", setting="games")
+        result = archive.add(source, valid=report.valid, reason=report.reason, skill="logic",
+                             setting="games", iteration=3, parents=memory.parent_ids)
+        archive.record_stats(result.env_id, 3, stats)
+
+One ``Archive`` object belongs to one thread; open another for another thread or process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from spade_rl.archive import jsonl
+from spade_rl.archive.config import ArchiveConfig
+from spade_rl.archive.records import (
+    ORIGINS,
+    SETTINGS,
+    AddResult,
+    ArchiveError,
+    EnvRecord,
+    ImportResult,
+    IterationStats,
+    LineageNode,
+    MemoryExample,
+    MemorySample,
+    PlayStats,
+    ReasonCount,
+    check_choice,
+    check_iteration,
+    check_parents,
+    check_text,
+    check_verdict,
+    encode_metadata,
+    merge_stats,
+    source_hash,
+)
+from spade_rl.archive.sampling import Candidate, pick_memory, pool_weight, weighted_sample
+from spade_rl.archive.schema import APPLICATION_ID, ENV_COLUMNS, SCHEMA, SCHEMA_VERSION, STATS_COLUMNS
+
+log = logging.getLogger(__name__)
+
+# <p> is the table whose rows are counted: proposals (p) or environments (e).
+GROUP_COLUMNS = {
+    "iteration": "<p>.iteration",
+    "skill": "e.skill",
+    "setting": "e.setting",
+    "origin": "e.origin",
+}
+STATS_MODES = ("replace", "merge")
+
+
+class Archive:
+    """An open archive file. ``readonly=True`` opens an existing archive for reading only."""
+
+    def __init__(
+        self, path: str | os.PathLike, config: ArchiveConfig | None = None, *, readonly: bool = False
+    ):
+        self.path = Path(path)
+        self.config = config if config is not None else ArchiveConfig()
+        self.readonly = readonly
+        self._depth = 0
+        if self.path.is_dir():
+            raise ArchiveError(
+                f"{self.path} is a directory; an archive is a file such as <run>/archive.sqlite"
+            )
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(f"cannot create an archive in {self.path.parent}: no such directory")
+        if readonly and not self.path.exists():
+            raise FileNotFoundError(f"no archive at {self.path}")
+        uri = f"{self.path.resolve().as_uri()}?mode={'ro' if readonly else 'rwc'}"
+        self._conn = sqlite3.connect(uri, uri=True, timeout=self.config.busy_timeout_s, isolation_level=None)
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- opening and transactions -------------------------------------------------------------------
+
+    def _identify(self) -> tuple[int, int, list[str]]:
+        try:
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveError(
+                f"{self.path} is not a spade-rl archive: SQLite cannot read it ({exc}); an archive is "
+                "the archive.sqlite file of a run directory"
+            ) from None
+        return app_id, version, tables
+
+    def _open(self) -> None:
+        app_id, version, tables = self._identify()
+        if app_id == 0 and not tables and not self.readonly:
+            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                log.warning("archive %s: SQLite refused WAL mode (got %s); readers may wait", self.path, mode)
+            with self._transaction():  # another process may be creating it at the same moment
+                app_id, version, tables = self._identify()
+                if app_id == 0 and not tables:
+                    # executescript() would commit the open transaction first: run statements one by one.
+                    for statement in SCHEMA.split(";"):
+                        if statement.strip():
+                            self._conn.execute(statement)
+                    self._conn.execute("INSERT INTO info VALUES ('created_at', ?)", (str(time.time()),))
+                    self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    app_id, version = APPLICATION_ID, SCHEMA_VERSION
+                    log.info("created archive %s (schema version %d)", self.path, SCHEMA_VERSION)
+        if app_id != APPLICATION_ID:
+            raise ArchiveError(
+                f"{self.path} is a SQLite database but not a spade-rl archive (application_id {app_id}, "
+                f"tables {sorted(tables) or 'none'})"
+            )
+        if version != SCHEMA_VERSION:
+            newer = "a newer" if version > SCHEMA_VERSION else "an older"
+            raise ArchiveError(
+                f"{self.path} has archive schema version {version}, written by {newer} spade-rl; this "
+                f"version reads schema version {SCHEMA_VERSION} only"
+            )
+        if not self.readonly:
+            self._conn.execute(f"PRAGMA synchronous = {self.config.synchronous}")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """A write transaction (``BEGIN IMMEDIATE``); nested inside ``batch()`` it is a savepoint."""
+        if self.readonly:
+            raise ArchiveError(f"archive {self.path} was opened read-only")
+        name = f"sp{self._depth}"
+        self._conn.execute("BEGIN IMMEDIATE" if self._depth == 0 else f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self._conn.execute("ROLLBACK")
+            else:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+            raise
+        self._depth -= 1
+        try:
+            self._conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
+        except BaseException:
+            if self._depth == 0 and self._conn.in_transaction:  # e.g. disk full: leave no open transaction
+                self._conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """A read transaction: several queries see the same committed state."""
+        if self._depth:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[Archive]:
+        """Group writes into one atomic transaction: all of them are committed on exit, none on error."""
+        with self._transaction():
+            yield self
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_integrity(self) -> list[str]:
+        """SQLite's ``integrity_check`` and ``foreign_key_check``; an empty list means the file is sound."""
+        problems = [r[0] for r in self._conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems += [f"foreign key: {tuple(r)}" for r in self._conn.execute("PRAGMA foreign_key_check")]
+        return problems
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def add(
+        self,
+        source: str,
+        *,
+        valid: bool,
+        reason: str,
+        skill: str,
+        setting: str,
+        iteration: int,
+        hint: str = "",
+        message: str = "",
+        class_name: str = "",
+        document_id: str | None = None,
+        parents: Sequence[int] = (),
+        origin: str = "designer",
+        metadata: dict | None = None,
+    ) -> AddResult:
+        """Record one proposed environment; a duplicate (same normalised source) keeps its first record."""
+        check_text("source", source)
+        check_verdict(valid, reason)
+        for what, text in (("hint", hint), ("message", message), ("class_name", class_name)):
+            check_text(what, text)
+        check_text("skill", skill, empty=False)
+        check_choice("setting", setting, SETTINGS)
+        check_choice("origin", origin, ORIGINS)
+        check_iteration(iteration)
+        if document_id is not None:
+            check_text("document_id", document_id)
+        parents = check_parents(parents)
+        meta = encode_metadata(metadata if metadata is not None else {})
+        digest, now = source_hash(source), time.time()
+        with self._transaction():
+            self._check_exist(parents)
+            existing = self._scalar("SELECT id FROM environments WHERE source_hash = ?", digest)
+            env_id = existing
+            if env_id is None:
+                values = (digest, source, hint, valid, reason, message, class_name, skill, setting)
+                env_id = self._insert_env((*values, document_id, iteration, origin, now, meta), parents)
+            self._conn.execute(
+                "INSERT INTO proposals (env_id, iteration, valid, reason, duplicate, parents, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (env_id, iteration, valid, reason, existing is not None, json.dumps(list(parents)), now),
+            )
+        return AddResult(env_id, existing is not None)  # type: ignore[arg-type]
+
+    def _insert_env(self, values: tuple, parents: Sequence[int]) -> int:
+        cursor = self._conn.execute(
+            "INSERT INTO environments (source_hash, source, hint, valid, reason, message, class_name, skill, "
+            "setting, document_id, iteration, origin, created_at, metadata) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+        self._insert_lineage(cursor.lastrowid, parents)  # type: ignore[arg-type]
+        return cursor.lastrowid  # type: ignore[return-value]
+
+    def _insert_lineage(self, env_id: int, parents: Sequence[int]) -> None:
+        self._conn.executemany(
+            "INSERT INTO lineage (env_id, parent_id, position) VALUES (?, ?, ?)",
+            [(env_id, p, i) for i, p in enumerate(parents)],
+        )
+
+    def _check_exist(self, env_ids: Sequence[int]) -> None:
+        for env_id in env_ids:
+            if self._scalar("SELECT 1 FROM environments WHERE id = ?", env_id) is None:
+                raise KeyError(f"no environment with id {env_id} in {self.path}")
+
+    def _scalar(self, sql: str, *args: object) -> object:
+        """The first column of the first row, or None without a row."""
+        row = self._conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    def record_stats(
+        self, env_id: int, iteration: int, stats: PlayStats, *, mode: str = "replace"
+    ) -> PlayStats:
+        """Store the play of ``env_id`` in ``iteration``; returns what was stored.
+
+        ``mode="replace"`` (default) overwrites a row already recorded for this (env, iteration), so
+        recording a resumed iteration again does not double count; ``mode="merge"`` adds the episodes
+        to it with :func:`~spade_rl.archive.records.merge_stats`.
+        """
+        check_choice("stats mode", mode, STATS_MODES)
+        check_iteration(iteration)
+        if not isinstance(stats, PlayStats):
+            raise ValueError(f"stats must be a PlayStats, got {type(stats).__name__}")
+        with self._transaction():
+            self._check_exist([env_id])
+            reason = self._scalar("SELECT reason FROM environments WHERE id = ?", env_id)
+            if reason != "ok":
+                raise ValueError(f"environment {env_id} is invalid ({reason}); only valid ones are played")
+            if mode == "merge":
+                old = self._stats_rows("WHERE env_id = ? AND iteration = ?", (env_id, iteration))
+                if old:
+                    stats = merge_stats(old[0].stats, stats)
+            self._write_stats(env_id, iteration, stats, time.time(), replace=True)
+        return stats
+
+    def _write_stats(
+        self, env_id: int, iteration: int, stats: PlayStats, at: float, *, replace: bool
+    ) -> bool:
+        values = [getattr(stats, c) for c in STATS_COLUMNS]
+        cursor = self._conn.execute(
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO stats (env_id, iteration, "
+            f"{', '.join(STATS_COLUMNS)}, recorded_at) VALUES ({', '.join('?' * (len(values) + 3))})",
+            (env_id, iteration, *values, at),
+        )
+        return cursor.rowcount > 0
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._conn.execute("SELECT COUNT(*) FROM environments").fetchone()[0]
+
+    def find(self, source: str) -> int | None:
+        """The id of the environment with the same normalised source, if any."""
+        return self._scalar("SELECT id FROM environments WHERE source_hash = ?", source_hash(source))  # type: ignore[return-value]
+
+    def get(self, env_id: int) -> EnvRecord:
+        """The record of ``env_id``; ``KeyError`` if there is none."""
+        with self._snapshot():
+            row = self._conn.execute(
+                f"SELECT {ENV_COLUMNS} FROM environments WHERE id = ?", (env_id,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no environment with id {env_id} in {self.path}")
+            parents = self._parents(env_id)
+            proposed = self._scalar("SELECT COUNT(*) FROM proposals WHERE env_id = ?", env_id)
+        # The columns are in the order of EnvRecord's fields, up to created_at.
+        return EnvRecord(
+            *row[:4],
+            bool(row[4]),
+            *row[5:14],
+            parents=parents,
+            times_proposed=proposed,  # type: ignore[arg-type]
+            metadata=json.loads(row[14]),
+        )
+
+    def _parents(self, env_id: int) -> tuple[int, ...]:
+        rows = self._conn.execute(
+            "SELECT parent_id FROM lineage WHERE env_id = ? ORDER BY position", (env_id,)
+        )
+        return tuple(r[0] for r in rows)
+
+    def ids(
+        self,
+        *,
+        valid: bool | None = None,
+        skill: str | None = None,
+        setting: str | None = None,
+        origin: str | None = None,
+    ) -> list[int]:
+        """Environment ids in order, filtered by verdict, skill, setting and origin (None: any)."""
+        where, args = _filters({"valid": valid, "skill": skill, "setting": setting, "origin": origin})
+        return [r[0] for r in self._conn.execute(f"SELECT id FROM environments e {where} ORDER BY id", args)]
+
+    def _stats_rows(self, where: str, args: Sequence[object]) -> list[IterationStats]:
+        rows = self._conn.execute(
+            f"SELECT env_id, iteration, recorded_at, {', '.join(STATS_COLUMNS)} FROM stats {where} "
+            "ORDER BY env_id, iteration",
+            args,
+        )
+        return [IterationStats(r[0], r[1], PlayStats(*r[3:]), r[2]) for r in rows]
+
+    def stats_history(self, env_id: int) -> list[IterationStats]:
+        """Every recorded iteration of ``env_id``, oldest first."""
+        return self._stats_rows("WHERE env_id = ?", (env_id,))
+
+    def latest_stats(self, env_ids: Sequence[int] | None = None) -> dict[int, IterationStats]:
+        """The most recent iteration's statistics of each played environment (of ``env_ids``, if given)."""
+        latest = "iteration = (SELECT MAX(s2.iteration) FROM stats s2 WHERE s2.env_id = stats.env_id)"
+        if env_ids is None:
+            return {r.env_id: r for r in self._stats_rows(f"WHERE {latest}", ())}
+        ids, out = sorted(set(env_ids)), {}
+        for start in range(0, len(ids), 500):  # stay below SQLite's limit on bound parameters
+            chunk = ids[start : start + 500]
+            where = f"WHERE env_id IN ({', '.join('?' * len(chunk))}) AND {latest}"
+            out.update({r.env_id: r for r in self._stats_rows(where, chunk)})
+        return out
+
+    # -- sampling -----------------------------------------------------------------------------------
+
+    def _candidates(self, skill: str | None, setting: str | None) -> list[Candidate]:
+        where, args = _filters({"valid": True, "skill": skill, "setting": setting})
+        rows = self._conn.execute(
+            "SELECT e.id, s.win_rate_nohint, s.regret FROM environments e "
+            "LEFT JOIN stats s ON s.env_id = e.id "
+            "AND s.iteration = (SELECT MAX(s2.iteration) FROM stats s2 WHERE s2.env_id = e.id) "
+            f"{where} ORDER BY e.id",
+            args,
+        )
+        return [Candidate(*r) for r in rows]
+
+    def sample_memory(
+        self,
+        rng: random.Random | int,
+        *,
+        skill: str | None = None,
+        setting: str | None = None,
+        positives: int | None = None,
+        negatives: int | None = None,
+    ) -> MemorySample:
+        """The reference examples for one designer prompt (SPADE step 1), see
+        :func:`~spade_rl.archive.sampling.pick_memory`. Counts default to the config's; the same seed and
+        archive give the same sample. A sparse archive gives a smaller or fallback sample, never an error."""
+        rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+        n_pos = self.config.memory_positives if positives is None else positives
+        n_neg = self.config.memory_negatives if negatives is None else negatives
+        for name, n in (("positives", n_pos), ("negatives", n_neg)):
+            if type(n) is not int or n < 0:
+                raise ValueError(f"memory {name} must be an integer >= 0, got {n!r}")
+        with self._snapshot():
+            candidates = self._candidates(skill, setting)
+            references = self.ids(valid=True, skill=skill, setting=setting, origin="reference")
+            pick = pick_memory(candidates, references, rng, self.config, n_pos, n_neg)
+            latest = self.latest_stats([*pick.positives, *pick.negatives])
+            examples = tuple(
+                MemoryExample(
+                    self.get(env_id),
+                    role,
+                    pick.kinds[env_id],
+                    latest[env_id].stats if env_id in latest else None,
+                )
+                for role, chosen in (("positive", pick.positives), ("negative", pick.negatives))
+                for env_id in chosen
+            )
+        if not pick.complete:
+            log.info("memory sample (skill=%s, setting=%s): %s", skill, setting, pick.message)
+        return MemorySample(examples, pick.fallback, pick.complete, pick.message)
+
+    def pool_weights(self, *, skill: str | None = None, setting: str | None = None) -> dict[int, float]:
+        """Training-pool weight of every valid environment (:func:`.sampling.pool_weight`)."""
+        with self._snapshot():
+            candidates = self._candidates(skill, setting)
+        return {c.env_id: pool_weight(c.win_rate, c.regret, self.config) for c in candidates}
+
+    def sample_pool(
+        self,
+        n: int,
+        rng: random.Random | int,
+        *,
+        skill: str | None = None,
+        setting: str | None = None,
+        replace: bool = False,
+    ) -> list[int]:
+        """``n`` valid environment ids drawn by pool weight: distinct ones (at most all of them) unless
+        ``replace``, in which case each draw is independent. Invalid environments are never drawn."""
+        if type(n) is not int or n < 0:
+            raise ValueError(f"pool sample size must be an integer >= 0, got {n!r}")
+        rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+        weights = self.pool_weights(skill=skill, setting=setting)
+        if not weights:
+            return []
+        ids, w = list(weights), list(weights.values())
+        return rng.choices(ids, w, k=n) if replace else weighted_sample(ids, w, n, rng)
+
+    # -- reports ------------------------------------------------------------------------------------
+
+    def reason_counts(
+        self, group_by: str = "iteration", *, unique: bool = False, origin: str | None = None
+    ) -> list[ReasonCount]:
+        """Counts by group (``iteration``, ``skill``, ``setting`` or ``origin``), verdict and reason.
+
+        ``unique=False`` counts proposals (every ``add``, duplicates included, in the iteration of that
+        proposal, with its verdict); ``unique=True`` counts environments once (imported ones included),
+        in the iteration they were first proposed in.
+        """
+        check_choice("group_by", group_by, list(GROUP_COLUMNS))
+        table = "environments e" if unique else "proposals p JOIN environments e ON e.id = p.env_id"
+        prefix = "e" if unique else "p"
+        column = GROUP_COLUMNS[group_by].replace("<p>", prefix)
+        where, args = _filters({"origin": origin})
+        rows = self._conn.execute(
+            f"SELECT {column}, {prefix}.valid, {prefix}.reason, COUNT(*) FROM {table} {where} "
+            "GROUP BY 1, 2, 3 ORDER BY 1, 2 DESC, 3",
+            args,
+        )
+        return [ReasonCount(r[0], bool(r[1]), r[2], r[3]) for r in rows]
+
+    def lineage(self, env_id: int) -> list[LineageNode]:
+        """``env_id`` and all its ancestors, breadth first: depth 0 is itself, 1 its parents, ..."""
+        with self._snapshot():
+            self._check_exist([env_id])
+            nodes, seen, frontier, depth = [], {env_id}, [env_id], 0
+            while frontier:
+                next_frontier = []
+                for node in frontier:
+                    parents = self._parents(node)
+                    nodes.append(LineageNode(node, depth, parents))
+                    next_frontier += [p for p in parents if p not in seen]
+                    seen.update(parents)
+                frontier, depth = next_frontier, depth + 1
+        return nodes
+
+    def children(self, env_id: int) -> list[int]:
+        """The environments whose designer was shown ``env_id``."""
+        rows = self._conn.execute("SELECT env_id FROM lineage WHERE parent_id = ? ORDER BY env_id", (env_id,))
+        return [r[0] for r in rows]
+
+    # -- export and import (the work is in spade_rl.archive.jsonl) ---------------------------------
+
+    def export_jsonl(self, path: str | os.PathLike, *, valid_only: bool = False) -> int:
+        """Write one line per environment (with its statistics) to ``path``, atomically; returns the count."""
+        return jsonl.export_jsonl(self, Path(path), valid_only=valid_only)
+
+    def import_jsonl(
+        self, path: str | os.PathLike, *, origin: str | None = "import", on_error: str = "raise"
+    ) -> ImportResult:
+        """Add the environments of a JSONL export in one transaction; see :func:`jsonl.import_jsonl`."""
+        return jsonl.import_jsonl(self, Path(path), origin=origin, on_error=on_error)
+
+
+def _filters(values: dict[str, object]) -> tuple[str, list[object]]:
+    """``WHERE e.col = ? AND ...`` for the values that are not None (the column names are ours)."""
+    clauses = [f"e.{column} = ?" for column, value in values.items() if value is not None]
+    args = [value for value in values.values() if value is not None]
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
