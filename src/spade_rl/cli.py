@@ -29,7 +29,7 @@ console = Console()
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    typer.echo(f"error: {message}", err=True)  # plain: no wrapping, so messages can be read and grepped
     return typer.Exit(2)
 
 
@@ -98,24 +98,143 @@ def _yes(flag: bool) -> str:
     return "[green]yes[/]" if flag else "[red]no[/]"
 
 
+def _archive_path(run_dir: Path) -> Path:
+    path = run_dir / "archive.sqlite" if run_dir.is_dir() else run_dir
+    if not path.exists():
+        raise _fail(f"no archive at {path}: give a run directory (holding archive.sqlite) or an archive file")
+    return path
+
+
+def _open_archive(run_dir: Path, readonly: bool = True):
+    from spade_rl.archive import Archive, ArchiveError
+
+    try:
+        return Archive(_archive_path(run_dir), readonly=readonly)
+    except ArchiveError as exc:
+        raise _fail(str(exc)) from None
+
+
+ARCHIVE_OPTION = typer.Option(None, "--archive", "-a", help="A run directory or archive.sqlite file.")
+
+
 @envs_app.command("list")
-def envs_list() -> None:
-    """List the reference environments shipped with spade-rl."""
-    table = Table(title="reference environments")
-    for column in ("name", "setting", "description"):
+def envs_list(
+    archive: Path | None = ARCHIVE_OPTION,
+    valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the reference environments, or the environments of an archive."""
+    if archive is None:
+        rows = [
+            {"name": n, "setting": reference.SETTINGS[n], "description": reference.DESCRIPTIONS[n]}
+            for n in reference.NAMES
+        ]
+        title = "reference environments"
+    else:
+        with _open_archive(archive) as store:
+            latest = store.latest_stats()
+            rows = []
+            for env_id in store.ids(valid=True if valid_only else None):
+                record = store.get(env_id)
+                stats = latest.get(env_id)
+                rows.append(
+                    {
+                        "id": env_id,
+                        "valid": record.valid,
+                        "reason": record.reason,
+                        "skill": record.skill,
+                        "setting": record.setting,
+                        "iteration": record.iteration,
+                        "origin": record.origin,
+                        "class": record.class_name,
+                        "win_nohint": round(stats.stats.win_rate_nohint, 3) if stats else None,
+                        "win_hint": round(stats.stats.win_rate_hint, 3) if stats else None,
+                        "regret": round(stats.stats.regret, 3) if stats else None,
+                    }
+                )
+        title = f"environments in {archive}"
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=title)
+    for column in rows[0] if rows else ("name",):
         table.add_column(column)
-    for name in reference.NAMES:
-        table.add_row(name, reference.SETTINGS[name], reference.DESCRIPTIONS[name])
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
     console.print(table)
 
 
 @envs_app.command("show")
-def envs_show(name: str) -> None:
-    """Print the source of a reference environment."""
+def envs_show(name: str, archive: Path | None = ARCHIVE_OPTION) -> None:
+    """Print a reference environment's source, or an archived environment (source, hint, statistics)."""
+    if archive is None:
+        try:
+            print(reference.source(name))
+        except (KeyError, ValueError) as exc:
+            raise _fail(str(exc.args[0] if exc.args else exc)) from None
+        return
+    if not name.isdigit():
+        raise _fail(f"with --archive, give an environment id (a number), got {name!r}")
+    with _open_archive(archive) as store:
+        try:
+            record = store.get(int(name))
+        except (KeyError, ValueError) as exc:
+            raise _fail(f"no environment {name} in {archive}: {exc}") from None
+        history = store.stats_history(record.env_id)
+    print(
+        f"# environment {record.env_id}: {record.class_name or '?'} "
+        f"({'valid' if record.valid else 'invalid'}:"
+        f" {record.reason}) skill={record.skill} setting={record.setting} iteration={record.iteration}"
+        f" origin={record.origin} parents={list(record.parents)} document={record.document_id}"
+    )
+    if record.message:
+        print(f"# {record.message}")
+    print(f"# hint: {record.hint or '(none)'}")
+    for row in history:
+        st = row.stats
+        print(
+            f"# iteration {row.iteration}: win {st.win_rate_nohint:.2f} without hint, {st.win_rate_hint:.2f} "
+            f"with; regret {st.regret:.2f}; {st.episodes_nohint}+{st.episodes_hint} episodes"
+        )
+    print(record.source)
+
+
+@envs_app.command("export")
+def envs_export(
+    out: Path = typer.Argument(..., help="The JSONL file to write."),
+    archive: Path = typer.Option(..., "--archive", "-a", help="A run directory or archive.sqlite file."),
+    valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
+) -> None:
+    """Export an archive's environments (with metadata and statistics) as JSONL, one per line."""
+    with _open_archive(archive) as store:
+        count = store.export_jsonl(out, valid_only=valid_only)
+    console.print(f"wrote {count} environments to {out}")
+
+
+@envs_app.command("import")
+def envs_import(
+    file: Path = typer.Argument(..., help="A JSONL file written by `envs export`."),
+    archive: Path = typer.Option(..., "--archive", "-a", help="A run directory or archive.sqlite file."),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="Skip malformed lines, reporting each."
+    ),
+) -> None:
+    """Import environments from JSONL into an archive (created if missing); duplicates are recognised."""
+    from spade_rl.archive import Archive, ArchiveError
+
+    if not file.is_file():
+        raise _fail(f"no such file: {file}")
+    path = archive / "archive.sqlite" if archive.is_dir() or not archive.suffix else archive
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        print(reference.source(name))
-    except (KeyError, ValueError) as exc:
-        raise _fail(str(exc.args[0] if exc.args else exc)) from None
+        with Archive(path) as store:
+            result = store.import_jsonl(file, on_error="skip" if skip_bad_lines else "raise")
+    except ArchiveError as exc:
+        raise _fail(str(exc)) from None
+    console.print(
+        f"imported {result.added} new environments, {result.duplicates} duplicates, "
+        f"{len(result.skipped)} lines skipped into {path}"
+    )
 
 
 def _read_env(spec: str) -> str:
@@ -157,3 +276,84 @@ def envs_validate(
         console.print(table)
     if not all(report.valid for _, report in reports):
         raise typer.Exit(1)
+
+
+@app.command()
+def design(
+    out: Path = typer.Option(..., "--out", "-o", help="The run directory (created; its archive is reused)."),
+    n: int = typer.Option(4, "--n", min=1, help="How many environments to propose."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model name or path (default: SmolLM2-135M)."
+    ),
+    from_jsonl: Path | None = typer.Option(
+        None, "--from-jsonl", help="Read designer outputs ({'text': ...} per line) instead of generating."
+    ),
+    corpus: list[str] = typer.Option(
+        ["builtin"], "--corpus", help="Corpus source(s): builtin, FILE.jsonl, ..."
+    ),
+    setting: str = typer.Option("games", "--setting", help="games or tool_use."),
+    hint_mode: str = typer.Option("inline", "--hint-mode", help="inline or separate."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every sampling step."),
+    iteration: int = typer.Option(1, "--iteration", help="The iteration number recorded in the archive."),
+    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", min=16),
+) -> None:
+    """Design N environments with a policy, validate them in the sandbox, and archive them with verdicts."""
+    import random
+
+    from spade_rl.archive import Archive
+    from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
+    from spade_rl.loop.designing import DesignPhaseConfig, design_environments, seed_reference_environments
+    from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
+
+    try:
+        config = DesignPhaseConfig(n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens)
+        documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
+    except (ValueError, CorpusError) as exc:
+        raise _fail(str(exc)) from None
+    if from_jsonl is not None:
+        policy = FakePolicy(_read_designer_outputs(from_jsonl, n))
+    else:
+        try:
+            policy = make_policy(PolicyConfig(model=model, seed=seed))
+        except (PolicyError, ValueError, OSError) as exc:
+            raise _fail(f"cannot load the model: {exc}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    try:
+        with SandboxPool(SandboxConfig()) as pool, Archive(out / "archive.sqlite") as archive:
+            seed_reference_environments(archive, pool, config.validation)
+            with console.status(f"designing {n} environments"):
+                outcomes = design_environments(policy, documents, archive, pool, config, rng, iteration)
+    except SandboxUnavailable as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title=f"designed {n} environments into {out / 'archive.sqlite'}")
+    for column in ("env", "skill", "document", "verdict", "reason", "message"):
+        table.add_column(column, overflow="fold")
+    for o in outcomes:
+        message = (o.report.message if o.report else o.parsed.message)[:120]
+        table.add_row(str(o.env_id), o.skill, o.document_id, _yes(o.valid), o.reason, message)
+    console.print(table)
+    console.print(f"valid: {sum(o.valid for o in outcomes)} of {len(outcomes)}")
+
+
+def _read_designer_outputs(path: Path, n: int) -> list[str]:
+    """Designer outputs from JSONL: one object per line with a "text" field (or a bare JSON string)."""
+    texts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"cannot read {path}: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"{path}:{number} is not JSON: {exc}") from None
+        text = item.get("text") if isinstance(item, dict) else item
+        if not isinstance(text, str):
+            raise _fail(f'{path}:{number} needs a "text" string field (or a JSON string)')
+        texts.append(text)
+    if len(texts) < n:
+        raise _fail(f"{path} holds {len(texts)} designer outputs; --n asks for {n}")
+    return texts

@@ -185,9 +185,10 @@ class _Battery:
         _contract(check_step_value, value, self.settings.reward_range)
         return value
 
-    def play(self, env: EnvHandle, actions: list[str]) -> list:
-        """Reset, then the actions until the episode ends; the transcript as JSON-able values."""
-        transcript = [self.reset(env)]
+    def play(self, env: EnvHandle, actions: list[str], first: list | None = None) -> list:
+        """Reset (unless ``first`` is the answer of a reset just made), then the actions until the
+        episode ends; the transcript as JSON-able values."""
+        transcript = [first if first is not None else self.reset(env)]
         for action in actions:
             result = self.step(env, action)
             transcript.append(result)
@@ -207,7 +208,7 @@ class _Battery:
         self.passed("instantiates", t)
 
         t = time.perf_counter()
-        self.reset(env)
+        first = self.reset(env)
         self.passed("reset_types", t)
 
         t = time.perf_counter()
@@ -219,7 +220,7 @@ class _Battery:
         self.passed("solution_types", t)
 
         t = time.perf_counter()
-        transcript = self.play(env, actions)
+        transcript = self.play(env, actions, first)  # the solution belongs to this very reset
         last = transcript[-1]
         turns = len(transcript) - 1
         if not (turns >= 1 and last[2] and last[1] >= s.reward_range[1]):

@@ -49,7 +49,12 @@ def write_frame(fd: int, message: Any) -> None:
 
 
 def decode(body: bytes) -> Any:
-    return json.loads(body.decode("utf-8", "surrogatepass"))
+    """Decode one body; ``ValueError`` for anything that is not acceptable JSON, including nesting so
+    deep that the decoder would overflow the stack (a hostile worker can send ``[[[[...]]]]``)."""
+    try:
+        return json.loads(body.decode("utf-8", "surrogatepass"))
+    except RecursionError:
+        raise ValueError("the message is nested too deeply") from None
 
 
 class FrameReader:

@@ -1,0 +1,236 @@
+"""The design phase of one iteration (SPADE steps 1-3 and 7): ground, design, validate, remember.
+
+    outcomes = design_environments(policy, corpus, archive, pool, DesignPhaseConfig(n=8), rng, iteration=1)
+
+For each of ``n`` proposals: sample a corpus document, a skill and memory examples from the archive;
+ask the policy (one batched generation for all proposals) for an environment and, in the two-call
+mode, a hint (a second batched generation that reads the code); parse; run the validation battery
+in the sandbox; and record every proposal, valid or not, in the archive with its reason and lineage.
+Each ``DesignOutcome`` keeps the prompt and the generation, which become designer training samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from spade_rl.archive import Archive, MemorySample
+from spade_rl.corpus import Corpus
+from spade_rl.design.parse import Parsed, parse_design, parse_hint
+from spade_rl.design.prompts import (
+    GAME_SKILLS,
+    TOOL_USE_SKILLS,
+    MemoryExample,
+    PromptConfig,
+    designer_chat,
+    hint_chat,
+)
+from spade_rl.design.validate import ValidationReport, ValidationSettings, validate_source
+from spade_rl.envs import reference
+from spade_rl.policy import Generation, Policy, SamplingSettings
+from spade_rl.sandbox import SandboxPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DesignPhaseConfig:
+    n: int = 4  # environments proposed per design phase
+    setting: str = "games"
+    skills: tuple[str, ...] = ()  # empty: the defaults of the setting
+    hint_mode: str = "inline"  # inline: code and hint in one answer; separate: a second call
+    max_new_tokens: int = 1024
+    hint_max_new_tokens: int = 160
+    temperature: float = 0.6
+    top_p: float = 1.0
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    validation: ValidationSettings = field(default_factory=ValidationSettings)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"design n must be at least 1, got {self.n}")
+        if self.prompt.setting != self.setting or self.prompt.hint_mode != self.hint_mode:
+            # One place decides the setting and the hint mode: copy them into the prompt config.
+            object.__setattr__(
+                self,
+                "prompt",
+                PromptConfig(
+                    self.setting,
+                    self.hint_mode,
+                    self.prompt.max_document_words,
+                    self.prompt.max_example_chars,
+                ),
+            )
+
+    @property
+    def skill_list(self) -> tuple[str, ...]:
+        if self.skills:
+            return self.skills
+        return TOOL_USE_SKILLS if self.setting == "tool_use" else GAME_SKILLS
+
+
+@dataclass
+class DesignOutcome:
+    """One proposal: where it came from, what the policy wrote, and the verdict."""
+
+    skill: str
+    document_id: str
+    chat: list[dict]
+    generation: Generation
+    parsed: Parsed
+    report: ValidationReport | None  # None when parsing already failed
+    env_id: int
+    duplicate: bool
+    parents: tuple[int, ...]
+    hint_chat: list[dict] | None = None
+    hint_generation: Generation | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.report is not None and self.report.valid
+
+    @property
+    def reason(self) -> str:
+        return self.report.reason if self.report is not None else self.parsed.reason
+
+
+def _memory_examples(sample: MemorySample) -> list[MemoryExample]:
+    examples = []
+    for example in sample.examples:
+        stats = example.stats
+        examples.append(
+            MemoryExample(
+                source=example.record.source,
+                hint=example.record.hint,
+                skill=example.record.skill,
+                win_rate=stats.win_rate_nohint if stats else 0.5,
+                win_rate_hint=stats.win_rate_hint if stats else 0.5,
+                positive=example.role == "positive",
+            )
+        )
+    return examples
+
+
+def seed_reference_environments(archive: Archive, pool: SandboxPool, settings: ValidationSettings) -> int:
+    """Validate the built-in reference environments and add the missing ones (iteration 0, origin
+    "reference"): the designer's memory and the training pool before anything valid is designed."""
+    added = 0
+    for name in reference.NAMES:
+        source = reference.source(name)
+        if archive.find(source) is not None:
+            continue
+        report = validate_source(pool, source, settings)
+        result = archive.add(
+            source,
+            valid=report.valid,
+            reason=report.reason,
+            message=report.message,
+            skill=name,
+            setting=reference.SETTINGS[name],
+            iteration=0,
+            class_name=report.class_name,
+            origin="reference",
+            metadata={"name": name, "validation_seconds": report.seconds},
+        )
+        added += not result.duplicate
+        if not report.valid:
+            log.warning("reference environment %s failed validation: %s", name, report.message)
+    return added
+
+
+def design_environments(
+    policy: Policy,
+    corpus: Corpus,
+    archive: Archive,
+    pool: SandboxPool,
+    config: DesignPhaseConfig,
+    rng: random.Random,
+    iteration: int,
+) -> list[DesignOutcome]:
+    """Propose ``config.n`` environments, validate them and record them all in the archive."""
+    skills = config.skill_list
+    plans = []
+    for index in range(config.n):
+        skill = skills[rng.randrange(len(skills))]
+        document = corpus.sample(rng, 1)[0]
+        memory = archive.sample_memory(rng, setting=config.setting)
+        chat = designer_chat(
+            document.text, skill, _memory_examples(memory), config.prompt, document.title or ""
+        )
+        plans.append((skill, document.id, memory.parent_ids, chat))
+        log.debug("design %d: skill %s, document %s, memory %s", index, skill, document.id, memory.message)
+    sampling = SamplingSettings(
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=rng.randrange(2**31),
+    )
+    generations = policy.generate([chat for *_, chat in plans], sampling)
+    need_hint = config.hint_mode == "inline"
+    parsed = [
+        parse_design(g.text, truncated=g.finish_reason == "length", need_hint=need_hint) for g in generations
+    ]
+
+    hint_chats: list[list[dict] | None] = [None] * len(plans)
+    hint_generations: list[Generation | None] = [None] * len(plans)
+    if not need_hint:
+        wanted = [i for i, p in enumerate(parsed) if p.ok]
+        if wanted:
+            chats = [hint_chat(parsed[i].source, plans[i][0]) for i in wanted]
+            hint_settings = SamplingSettings(
+                max_new_tokens=config.hint_max_new_tokens,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                seed=rng.randrange(2**31),
+            )
+            for i, chat, generation in zip(wanted, chats, policy.generate(chats, hint_settings), strict=True):
+                hint = parse_hint(generation.text, truncated=generation.finish_reason == "length")
+                hint_chats[i], hint_generations[i] = chat, generation
+                parsed[i] = Parsed(hint.reason, parsed[i].source, hint.hint, hint.message)
+
+    outcomes = []
+    for i, ((skill, document_id, parents, chat), generation, result) in enumerate(
+        zip(plans, generations, parsed, strict=True)
+    ):
+        report = (
+            validate_source(pool, result.source, config.validation, hint=result.hint) if result.ok else None
+        )
+        valid = report is not None and report.valid
+        reason = report.reason if report is not None else result.reason
+        message = report.message if report is not None else result.message
+        added = archive.add(
+            result.source or generation.text,
+            valid=valid,
+            reason=reason,
+            message=message,
+            skill=skill,
+            setting=config.setting,
+            iteration=iteration,
+            hint=result.hint,
+            class_name=report.class_name if report else "",
+            document_id=document_id,
+            parents=parents,
+            origin="designer",
+            metadata={
+                "finish_reason": generation.finish_reason,
+                "validation_seconds": report.seconds if report else 0.0,
+            },
+        )
+        outcomes.append(
+            DesignOutcome(
+                skill,
+                document_id,
+                chat,
+                generation,
+                result,
+                report,
+                added.env_id,
+                added.duplicate,
+                tuple(parents),
+                hint_chats[i],
+                hint_generations[i],
+            )
+        )
+        log.info("design %d: %s (%s) env %d", i, "valid" if valid else "invalid", reason, added.env_id)
+    return outcomes
