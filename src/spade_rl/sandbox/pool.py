@@ -406,6 +406,7 @@ class SandboxPool:
             close_fds=True,
         )
         worker = _Worker(proc, proc.stdin.fileno(), proc.stdout.fileno(), time.monotonic())
+        os.set_blocking(worker.to_fd, False)  # requests are written with a deadline (see _send)
         worker.reader = protocol.FrameReader(worker.from_fd, self.config.max_message_bytes)
         self._workers.append(worker)
         self.stats["spawned"] += 1
@@ -454,12 +455,9 @@ class SandboxPool:
             if worker.dead:
                 return [_lost(worker)]
             start = time.monotonic()
-            try:
-                rid = next(self._ids)
-                protocol.write_frame(worker.to_fd, {"op": op, "id": rid, **args})
-            except OSError:
-                return [self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))]
-            return [self._receive(worker, op, rid, start, start + timeout)]
+            rid = next(self._ids)
+            failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + timeout)
+            return [failed or self._receive(worker, op, rid, start, start + timeout)]
         results: list[CallResult | None] = [None] * len(calls)
         queues: dict[int, list[int]] = {}
         for index, (worker, _, _) in enumerate(calls):
@@ -476,10 +474,9 @@ class SandboxPool:
                     continue
                 start = time.monotonic()
                 rid = next(self._ids)
-                try:
-                    protocol.write_frame(worker.to_fd, {"op": op, "id": rid, **args})
-                except OSError:
-                    results[index] = self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
+                failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + timeout)
+                if failed is not None:
+                    results[index] = failed
                     continue
                 in_flight[worker.from_fd] = (index, rid, start, start + timeout)
                 poller.register(worker.from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -506,6 +503,17 @@ class SandboxPool:
                 results[index] = self._receive(worker, op, rid, start, deadline)
                 send_next(by_fd[fd])
         return results  # type: ignore[return-value]
+
+    def _send(self, worker: _Worker, request: dict, start: float, deadline: float) -> CallResult | None:
+        """Write a request; a failure result when the worker is gone or stopped reading in time."""
+        try:
+            protocol.write_frame(worker.to_fd, request, deadline)
+        except protocol.Deadline:
+            self.stats["timeouts"] += 1
+            return self._fail(worker, Status.TIMEOUT, "timeout", start, "the worker stopped reading requests")
+        except OSError:
+            return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
+        return None
 
     def _receive(self, worker: _Worker, op: str, rid: int, start: float, deadline: float) -> CallResult:
         try:
@@ -538,7 +546,9 @@ class SandboxPool:
             return self._fail(
                 worker, Status.PROTOCOL_ERROR, "protocol_error", start, "the worker sent more than one answer"
             )
+        # The worker caps printed output, but it runs hostile code: cap again here.
         output = answer.get("output") if isinstance(answer.get("output"), str) else ""
+        output = output[: self.config.max_captured_output]
         if answer["ok"]:
             return CallResult(Status.OK, answer.get("value"), "ok", output=output, elapsed_s=elapsed)
         kind = answer.get("kind")

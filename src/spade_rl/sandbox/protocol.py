@@ -41,20 +41,57 @@ def encode(message: Any) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def write_frame(fd: int, message: Any) -> None:
+def write_frame(fd: int, message: Any, deadline: float | None = None) -> None:
+    """Write one frame. With a ``deadline``, ``fd`` must be non-blocking: a peer that stops reading
+    (its pipe fills up) makes this raise ``Deadline`` instead of hanging the caller."""
     data = memoryview(encode(message))
+    poller = None
     while data:
-        written = os.write(fd, data)
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            if deadline is None:
+                raise
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT | select.POLLERR | select.POLLHUP)
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000.0):
+                raise Deadline() from None
+            continue
         data = data[written:]
 
 
-def decode(body: bytes) -> Any:
-    """Decode one body; ``ValueError`` for anything that is not acceptable JSON, including nesting so
-    deep that the decoder would overflow the stack (a hostile worker can send ``[[[[...]]]]``)."""
+MAX_DEPTH = 64  # deeper values are refused: they would overflow the stack of code that recurses on them
+
+
+def decode(body: bytes, max_depth: int | None = MAX_DEPTH) -> Any:
+    """Decode one body; ``ValueError`` for anything that is not acceptable JSON, including values
+    nested deeper than ``max_depth`` (a hostile worker can send ``[[[[...]]]]``, which would make
+    ``json``, ``copy.deepcopy`` or any recursive consumer overflow the stack)."""
     try:
-        return json.loads(body.decode("utf-8", "surrogatepass"))
+        value = json.loads(body.decode("utf-8", "surrogatepass"))
     except RecursionError:
         raise ValueError("the message is nested too deeply") from None
+    if max_depth is not None and nesting_depth(value, max_depth) > max_depth:
+        raise ValueError(f"the message is nested deeper than {max_depth} levels")
+    return value
+
+
+def nesting_depth(value: Any, stop_at: int) -> int:
+    """How deeply lists and dicts nest in ``value`` (0 for a scalar); stops counting past ``stop_at``."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop_at:
+                    return deepest
+            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 class FrameReader:
@@ -64,9 +101,10 @@ class FrameReader:
     ``PeerClosed``, ``FrameTooLarge`` or ``ValueError`` (the body is not JSON).
     """
 
-    def __init__(self, fd: int, max_bytes: int):
+    def __init__(self, fd: int, max_bytes: int, max_depth: int | None = MAX_DEPTH):
         self.fd = fd
         self.max_bytes = max_bytes
+        self.max_depth = max_depth  # None on the worker's side, which trusts what the pool sends
         self.buffer = bytearray()
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -86,7 +124,7 @@ class FrameReader:
                 if len(buffer) >= end:
                     body = bytes(buffer[HEADER.size : end])
                     del buffer[:end]
-                    return decode(body)
+                    return decode(body, self.max_depth)
                 want = end - len(buffer)
             else:
                 want = HEADER.size - len(buffer)

@@ -16,6 +16,8 @@ Denied:
 - ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``, key management;
 - ``setsid``, ``setpgid`` (a worker cannot leave its process group, which is how it gets killed);
 - ``setrlimit`` and ``prlimit64`` with a new limit; uid/gid/capability changes;
+- asynchronous-I/O signal ownership (``fcntl`` F_SETOWN/F_SETSIG/F_SETOWN_EX, ``ioctl`` FIOSETOWN/
+  SIOCSPGRP), which would let the kernel signal another process on the worker's behalf;
 - administration: modules, kexec, reboot, swap, clock and host name changes, ``mknod``,
   ``personality``, ``syslog``, file handles, quotas.
 """
@@ -102,6 +104,9 @@ _DENY_EPERM = (
     "socket",
 )
 
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
+
 # Signal-sending calls whose first argument is the target pid/tgid: allowed only towards itself.
 _SELF_ONLY = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 
@@ -140,5 +145,12 @@ def install() -> list[str]:
         rule(sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, pid))
     # prlimit64(pid, resource, new_limit, old_limit): reading limits is fine, setting is not.
     rule(sc.ERRNO(errno.EPERM), "prlimit64", sc.Arg(2, sc.NE, 0))
+    # Signals without kill(): fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX with O_ASYNC makes the kernel send
+    # a chosen signal to another process when a descriptor becomes ready; ioctl FIOSETOWN and
+    # SIOCSPGRP are the same through ioctl.
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+        rule(sc.ERRNO(errno.EPERM), "fcntl", sc.Arg(1, sc.EQ, command))
+    for request in (_FIOSETOWN, _SIOCSPGRP):
+        rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.EQ, request))
     flt.load()
     return denied

@@ -172,7 +172,9 @@ class Worker:
         return frame
 
     def serve(self) -> None:
-        reader = protocol.FrameReader(self.in_fd, max_bytes=1 << 30)
+        # No depth check here: requests come from the pool, and the check would run builtins that
+        # environment code may have replaced.
+        reader = protocol.FrameReader(self.in_fd, max_bytes=1 << 30, max_depth=None)
         while True:
             try:
                 request = reader.read(spin_s=self.spin_s)

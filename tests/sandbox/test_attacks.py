@@ -1,0 +1,1008 @@
+"""The attack suite of the sandbox: one hostile environment per file in ``attacks/``, one test each.
+
+Every test runs its attack through a fresh ``SandboxPool`` with short deadlines and asserts both
+that the attack was stopped (the typed ``CallResult``: status, reason, error type) and that the host
+saw no effect: no file created, no connection received, no process of the pool left once it is
+closed, no secret of the host in any returned text, and the pool still able to run a benign
+environment. The workers preload the modules the attacks use (``os``, ``socket``, ``ctypes``...), so
+that the OS layers, not a failed import, are what stops each attack.
+
+Run it as root (workers drop to uid 65534) and as an ordinary user (then this suite is the
+unprivileged run; ``test_unprivileged.py`` does that from root):
+
+    python -m pytest tests/sandbox -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import math
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
+from spade_rl.envs.loader import find_env_classes
+from spade_rl.sandbox import CallResult, EnvHandle, SandboxConfig, SandboxPool, Status, doctor, landlock
+from spade_rl.sandbox.config import DEFAULT_LAYERS, DEFAULT_PRELOAD, LAYERS
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTACKS = Path(__file__).resolve().parent / "attacks"
+ATTACK_NAMES = sorted(p.stem for p in ATTACKS.glob("*.py"))
+
+# Imported by each worker before it hardens itself: after the uid drop a worker started by root
+# cannot import what it has not loaded (this Python lives under /root), and a failed import must
+# not be what stops an attack.
+ATTACK_MODULES = (
+    "os", "socket", "subprocess", "ctypes", "threading", "signal", "resource", "posix",
+    "multiprocessing", "multiprocessing.popen_fork", "fcntl",
+)  # fmt: skip
+# Two warm workers start side by side: one takes the attack, the other proves the pool still works.
+CONFIG = SandboxConfig(
+    pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0, preload=(*DEFAULT_PRELOAD, *ATTACK_MODULES)
+)
+IS_ROOT = os.geteuid() == 0
+WORKER_UID = CONFIG.unprivileged_uid if IS_ROOT else os.geteuid()
+WORKER_GID = CONFIG.unprivileged_gid if IS_ROOT else os.getegid()
+WORKER_ENVIRONMENT = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}  # what the pool gives every worker
+SECRET_NAME = "SPADE_ATTACK_SECRET"
+DEFAULT_TARGETS = "/tmp/spade-attack-default*"  # where the attack files write when given no path
+X86_64 = platform.machine() == "x86_64"
+
+BENIGN = """
+class EchoEnv:
+    def reset(self, seed=None):
+        return "echo " + str(seed), {}
+
+    def step(self, action):
+        return "you said " + action, 1.0, True, False, {}
+
+    def solution(self):
+        return "hello"
+"""
+
+
+# --- the host side: processes, secrets, files, listeners ---------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    pgrp: int
+    sid: int
+    uid: int
+    state: str
+    cmdline: bytes
+
+
+def processes() -> list[Proc]:
+    """Every process this user can see, read from /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            status = Path(f"/proc/{entry.name}/status").read_text()
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue  # it exited meanwhile
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        uid = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+        found.append(
+            Proc(
+                int(entry.name),
+                ppid=int(fields[1]),
+                pgrp=int(fields[2]),
+                sid=int(fields[3]),
+                uid=int(uid.group(1)) if uid else -1,
+                state=fields[0].decode(),
+                cmdline=cmdline,
+            )
+        )
+    return found
+
+
+def pool_marker(parent_pid: int) -> bytes:
+    """Text in the command line of every worker of the pool run by ``parent_pid`` (and inherited by
+    anything such a worker could fork)."""
+    return f'"parent_pid": {parent_pid},'.encode()
+
+
+def pool_processes(parent_pid: int | None = None) -> set[int]:
+    marker = pool_marker(parent_pid or os.getpid())
+    return {p.pid for p in processes() if marker in p.cmdline}
+
+
+def leftovers(
+    workers: set[int],
+    parent_pid: int | None = None,
+    others: frozenset[int] = frozenset(),
+    existing: frozenset[int] = frozenset(),
+) -> list[Proc]:
+    """Processes of a closed pool that are still there: its workers, anything in their process
+    groups or sessions, their children, anything carrying the marker of pools run by
+    ``parent_pid`` (except ``others``: workers of that process's other pools, still open), and
+    orphans of the worker's uid born since ``existing`` was taken (a daemon that left the session
+    and replaced its command line would be one)."""
+    marker = pool_marker(parent_pid or os.getpid())
+    return [
+        p
+        for p in processes()
+        if p.pid != os.getpid()
+        and p.pid not in others
+        and (
+            marker in p.cmdline
+            or p.pgrp in workers
+            or p.sid in workers
+            or p.ppid in workers
+            or (existing and p.pid not in existing and p.uid == WORKER_UID and p.ppid == 1)
+        )
+    ]
+
+
+def assert_no_leftovers(
+    workers: set[int],
+    parent_pid: int | None = None,
+    others: frozenset[int] = frozenset(),
+    existing: frozenset[int] = frozenset(),
+) -> None:
+    left = leftovers(workers, parent_pid, others, existing)
+    for proc in left:  # clean up before failing, so that one escape does not leak into other tests
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"processes left behind by the pool: {left}"
+
+
+def host_secrets() -> list[str]:
+    """What no environment may ever return: the secret this test put in the environment, and every
+    entry of this process's initial environment (what /proc/<ppid>/environ would show)."""
+    found = [os.environ[SECRET_NAME]] if SECRET_NAME in os.environ else []
+    with open("/proc/self/environ", "rb") as f:
+        for entry in f.read().split(b"\0"):
+            text = entry.decode(errors="replace")
+            if len(text) >= 16 and text not in WORKER_ENVIRONMENT:
+                found.append(text)
+    return found
+
+
+def returned_text(results: list[CallResult]) -> str:
+    parts = []
+    for result in results:
+        value = "" if result.value is None or isinstance(result.value, EnvHandle) else repr(result.value)
+        parts += [value, result.error, result.traceback, result.output]
+    return "\n".join(parts)
+
+
+def assert_no_secret(results: list[CallResult]) -> None:
+    text = returned_text(results)
+    leaked = [s for s in host_secrets() if s in text]
+    assert not leaked, f"host secrets in what the environment returned: {[s[:40] for s in leaked]}"
+
+
+def assert_pool_works(pool: SandboxPool) -> None:
+    opened = pool.open(BENIGN)
+    assert opened.ok, f"the pool no longer runs a benign environment: {opened}"
+    env = opened.value
+    assert env.reset(seed=7).value == ["echo 7", {}]
+    assert env.step("hi").value == ["you said hi", 1.0, True, False, {}]
+    assert env.close().ok
+
+
+def assert_absent(path: Path | str) -> None:
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+        pytest.fail(f"the environment created {path}")
+
+
+def assert_no_connection(server: socket.socket) -> None:
+    try:
+        conn, peer = server.accept()
+    except TimeoutError:
+        return
+    conn.close()
+    pytest.fail(f"the listener received a connection from {peer!r}")
+
+
+def assert_default_targets_absent() -> None:
+    found = glob.glob(DEFAULT_TARGETS)
+    for path in found:
+        os.unlink(path)
+    assert not found, f"attack files wrote to their default targets: {found}"
+
+
+@functools.cache
+def doctor_rows() -> tuple[doctor.LayerRow, ...]:
+    """What ``spade-rl doctor`` says of this machine's layers (default configuration)."""
+    return tuple(doctor.layer_table(SandboxConfig())[0])
+
+
+def missing_layers() -> str:
+    """The required default layers this machine lacks."""
+    rows = doctor_rows()
+    return "; ".join(f"{r.layer} ({r.detail})" for r in rows if r.mode == "required" and not r.available)
+
+
+def require_sandbox() -> None:
+    missing = missing_layers()
+    if missing:
+        pytest.skip(f"spade-rl doctor: this machine lacks required sandbox layer(s) {missing}; the pool "
+                    "refuses to run generated code (fail closed), so there is nothing to attack")  # fmt: skip
+
+
+def attack_source(name: str) -> str:
+    return (ATTACKS / f"{name}.py").read_text()
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def secret(monkeypatch):
+    """A random secret in the host's environment before any pool starts."""
+    value = "spade-secret-" + secrets.token_hex(16)
+    monkeypatch.setenv(SECRET_NAME, value)
+    return value
+
+
+@pytest.fixture
+def open_dir():
+    """A world-writable folder in /tmp: file permissions would let the worker's uid write here, so
+    only the sandbox can stop it. (pytest's tmp_path sits under a 0700 folder the worker cannot
+    even traverse.)"""
+    folder = Path(tempfile.mkdtemp(prefix="spade-attack-", dir="/tmp"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def project_target():
+    """A path inside the checkout, in a world-writable folder when this user can make one there."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=".attack-scratch-", dir=Path(__file__).parent))
+    except OSError:  # an unprivileged run: the checkout is not ours, file permissions stop it too
+        target = ROOT / f"spade-attack-{secrets.token_hex(4)}.py"
+        yield target
+        target.unlink(missing_ok=True)
+        return
+    folder.chmod(0o777)
+    yield folder / "planted.py"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tcp_listener():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(0.2)
+        yield server
+
+
+@pytest.fixture
+def unix_listener(open_dir):
+    path = open_dir / "listen.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        path.chmod(0o777)
+        server.listen()
+        server.settimeout(0.2)
+        yield server, path
+
+
+def _worker_uid_kwargs() -> dict:
+    return {"user": WORKER_UID, "group": WORKER_GID, "extra_groups": []} if IS_ROOT else {}
+
+
+@pytest.fixture
+def sibling():
+    """A sacrificial process of the worker's own uid: file permissions would let a worker signal or
+    trace it, so only seccomp and Landlock protect it."""
+    proc = subprocess.Popen(["sleep", "60"], **_worker_uid_kwargs())
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+REAPING_PARENT = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps its children at once
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+ids = {"user": uid, "group": gid, "extra_groups": []} if os.geteuid() != uid else {}
+print(subprocess.Popen(["sleep", "60"], **ids).pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def reaped_sibling():
+    """Like ``sibling``, but its parent ignores SIGCHLD, so that once killed its pid is gone at once
+    (the sigio attack checks its own success with getpriority)."""
+    helper = subprocess.Popen(
+        [sys.executable, "-I", "-c", REAPING_PARENT, str(WORKER_UID), str(WORKER_GID)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    pid = int(helper.stdout.readline())
+    yield pid
+    # The sleeper first, while its parent still reaps it (an orphan would stay a zombie where the
+    # init process does not reap), then the parent.
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(helper.pid, signal.SIGKILL)
+    helper.wait()
+    helper.stdout.close()
+
+
+# --- the harness -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    opened: CallResult
+    calls: list[CallResult]
+    workers: set[int]
+
+    @property
+    def last(self) -> CallResult:
+        """The result of the call that carried the attack (``opened`` for the module body and
+        ``__init__``)."""
+        return self.calls[-1] if self.calls else self.opened
+
+
+Play = Callable[..., list[CallResult]]
+
+
+def reset(env, timeout_s: float | None = None) -> list[CallResult]:
+    return [env.reset(seed=0, timeout_s=timeout_s)]
+
+
+def step(env, action: str = "anything", timeout_s: float | None = None) -> list[CallResult]:
+    first = env.reset(seed=0)
+    assert first.ok, f"reset failed before the attack in step: {first}"
+    return [first, env.step(action, timeout_s=timeout_s)]
+
+
+def run_attack(
+    name: str, kwargs: dict | None = None, play: Play | None = None, config: SandboxConfig = CONFIG
+) -> Outcome:
+    """Open attack ``name`` in a fresh pool and, unless the attack is in the module body or
+    ``__init__`` (``play`` None), play it; then check the pool still works, close it, and check that
+    nothing of it is left and no secret came back."""
+    require_sandbox()
+    source = attack_source(name)
+    existing = frozenset(p.pid for p in processes())
+    others = frozenset(pool_processes())  # workers of pools open before this one
+    pool = SandboxPool(config)
+    workers: set[int] = set()
+    calls: list[CallResult] = []
+    try:
+        pool.start()
+        workers |= pool_processes() - others
+        opened = pool.open(source, kwargs=kwargs)
+        workers |= pool_processes() - others
+        if opened.ok:
+            env = opened.value
+            workers.add(env.worker_pid)
+            assert play is not None, f"{name}: the environment opened, yet the attack was expected there"
+            calls = play(env)
+            workers |= pool_processes() - others
+            env.close()
+        assert_pool_works(pool)
+    finally:
+        pool.close()
+    assert_no_leftovers(workers, others=others, existing=existing)
+    assert_no_secret([opened, *calls])
+    return Outcome(opened, calls, workers)
+
+
+def assert_raised(result: CallResult, error_type: str, reason: str = "exception") -> None:
+    """The environment's own call raised ``error_type``: the attack was refused by the OS."""
+    assert result.status is Status.EXCEPTION, result
+    assert result.reason == reason, result
+    assert result.error_type == error_type, result
+
+
+def assert_killed(result: CallResult, status: Status, signal_name: str | None = None) -> None:
+    assert result.status is status, result
+    assert result.reason == status.value, result
+    if signal_name:
+        assert result.error == f"the worker was killed by {signal_name}", result
+
+
+# --- the layers --------------------------------------------------------------------------------
+
+
+@functools.cache
+def default_layer_reports() -> dict[str, dict]:
+    """The layers a worker applied, each default layer asked for as "optional" so that the worker
+    answers even where one is missing (the attack tests use the defaults: every layer required)."""
+    layers = {name: "optional" for name, mode in DEFAULT_LAYERS.items() if mode != "off"}
+    with SandboxPool(SandboxConfig(pool_size=1, layers=layers)) as pool:
+        return {r["name"]: r for r in pool.layer_reports()}
+
+
+@pytest.mark.parametrize("layer", [name for name in LAYERS if DEFAULT_LAYERS[name] != "off"])
+def test_default_layer_is_active(layer):
+    row = next(r for r in doctor_rows() if r.layer == layer)
+    if not row.available:
+        pytest.skip(f"spade-rl doctor: this machine lacks the {layer} layer: {row.detail}")
+    report = default_layer_reports()[layer]
+    if layer == "uid" and not IS_ROOT:
+        assert report["not_needed"] and not report["active"], report
+        assert report["detail"] == f"not needed: running as uid {os.geteuid()}"
+        return
+    assert report["active"] and not report["not_needed"], report
+    if layer == "uid":
+        uid, gid = SandboxConfig().unprivileged_uid, SandboxConfig().unprivileged_gid
+        assert report["detail"] == f"root dropped to uid {uid} gid {gid}, no groups", report
+    elif layer == "rlimits":
+        assert "FSIZE=0" in report["detail"] and "NPROC=0" in report["detail"], report
+    elif layer == "landlock":
+        abi = landlock.probe().abi
+        assert report["detail"].startswith(f"ABI {abi}:"), report
+        if abi >= 4:
+            assert "no-tcp" in report["detail"], report
+        if abi >= 6:
+            assert "scoped-signals" in report["detail"], report
+    elif layer == "seccomp":
+        assert report["detail"].startswith("filter loaded"), report
+
+
+def test_every_attack_is_an_environment_with_its_own_test():
+    assert len(ATTACK_NAMES) >= 22
+    tests = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    assert set(ATTACK_NAMES) <= tests, f"attacks without a test: {set(ATTACK_NAMES) - tests}"
+    for name in ATTACK_NAMES:
+        classes = find_env_classes(attack_source(name))
+        assert len(classes) == 1, f"{name}: {classes}"
+
+
+# --- time and memory ---------------------------------------------------------------------------
+
+
+def test_infinite_loop():
+    outcome = run_attack("infinite_loop", play=step)
+    assert_killed(outcome.last, Status.TIMEOUT)
+    assert outcome.last.elapsed_s < CONFIG.call_timeout_s + 2
+
+
+def test_ignore_signals():
+    outcome = run_attack("ignore_signals", play=reset)
+    assert_killed(outcome.last, Status.TIMEOUT)
+    assert outcome.last.elapsed_s < CONFIG.call_timeout_s + 2
+
+
+def test_memory_bomb():
+    outcome = run_attack("memory_bomb")
+    assert_killed(outcome.opened, Status.MEMORY)
+
+
+def test_recursion():
+    outcome = run_attack("recursion", play=step)
+    assert_raised(outcome.last, "RecursionError")
+
+
+def test_c_stack_overflow():
+    outcome = run_attack("c_stack_overflow", play=reset)
+    assert_killed(outcome.last, Status.CRASHED, "SIGSEGV")
+
+
+def test_segfault():
+    outcome = run_attack("segfault", play=reset)
+    assert_killed(outcome.last, Status.CRASHED, "SIGSEGV")
+
+
+# --- processes and threads ---------------------------------------------------------------------
+
+
+def test_fork_bomb():
+    assert_raised(run_attack("fork_bomb").opened, "PermissionError", "load_raised")
+
+
+def test_posix_fork():
+    assert_raised(run_attack("posix_fork").opened, "PermissionError", "load_raised")
+
+
+def test_thread_bomb():
+    outcome = run_attack("thread_bomb", play=reset)
+    assert_raised(outcome.last, "RuntimeError")
+    assert "can't start new thread" in outcome.last.error
+
+
+def test_subprocess_run(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("subprocess_run", {"target": str(target)}, play=step)
+    assert_raised(outcome.last, "PermissionError")
+    assert_absent(target)
+
+
+def test_os_system(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("os_system", {"target": str(target)}, play=reset)
+    assert_raised(outcome.last, "RuntimeError")
+    assert "os.system returned status" in outcome.last.error
+    assert_absent(target)
+
+
+def test_ctypes_system(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("ctypes_system", {"target": str(target)})
+    assert_raised(outcome.opened, "RuntimeError", "init_raised")
+    assert_absent(target)
+
+
+def test_ctypes_fork(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("ctypes_fork", {"target": str(target)}, play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    assert_absent(target)
+
+
+def test_double_fork_daemon(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("double_fork_daemon", {"target": str(target)})
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+    time.sleep(0.3)  # a daemon would write every 0.1 s
+    assert_absent(target)
+
+
+def test_multiprocessing_process(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("multiprocessing_process", {"target": str(target)}, play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    assert_absent(target)
+
+
+def test_execv_shell(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("execv_shell", {"target": str(target)}, play=step)
+    assert_raised(outcome.last, "PermissionError")
+    assert_absent(target)
+
+
+def test_setsid_escape():
+    assert_raised(run_attack("setsid_escape").opened, "PermissionError", "init_raised")
+
+
+def test_setpgid_escape():
+    assert_raised(run_attack("setpgid_escape", play=reset).last, "PermissionError")
+
+
+def test_setrlimit_raise():
+    outcome = run_attack("setrlimit_raise", play=reset)
+    assert_raised(outcome.last, "ValueError")  # how `resource` reports EPERM
+    assert "not allowed" in outcome.last.error
+
+
+def test_unshare_namespace():
+    assert_raised(run_attack("unshare_namespace", play=step).last, "PermissionError")
+
+
+def test_io_uring():
+    assert_raised(run_attack("io_uring").opened, "PermissionError", "init_raised")
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def test_write_tmp(open_dir):
+    target = open_dir / "pwned"
+    outcome = run_attack("write_tmp", {"target": str(target)})
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+    assert_absent(target)
+
+
+def test_write_project(project_target):
+    outcome = run_attack("write_project", {"target": str(project_target)}, play=step)
+    assert_raised(outcome.last, "PermissionError")
+    assert_absent(project_target)
+
+
+def test_read_passwd():
+    outcome = run_attack("read_passwd")
+    assert_raised(outcome.opened, "PermissionError", "load_raised")
+    assert "root:" not in returned_text([outcome.opened])
+
+
+def test_proc_self_mem():
+    assert_raised(run_attack("proc_self_mem", play=reset).last, "PermissionError")
+
+
+# --- the host's environment --------------------------------------------------------------------
+
+
+def test_parent_environ(secret):
+    outcome = run_attack("parent_environ", {"secret_name": SECRET_NAME}, play=reset)
+    assert_raised(outcome.last, "KeyError")
+    assert secret not in returned_text([outcome.last])
+
+
+def test_proc_parent_environ():
+    outcome = run_attack("proc_parent_environ", play=reset)
+    assert_raised(outcome.last, "PermissionError")
+
+
+def test_proc_self_environ():
+    assert_raised(run_attack("proc_self_environ", play=step).last, "PermissionError")
+
+
+# --- network -----------------------------------------------------------------------------------
+
+
+def test_tcp_connect(tcp_listener):
+    port = tcp_listener.getsockname()[1]
+    outcome = run_attack("tcp_connect", {"port": port}, play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    assert_no_connection(tcp_listener)
+
+
+def test_ctypes_socket(tcp_listener):
+    port = tcp_listener.getsockname()[1]
+    outcome = run_attack("ctypes_socket", {"port": port}, play=step)
+    assert_raised(outcome.last, "PermissionError")
+    assert_no_connection(tcp_listener)
+
+
+def test_unix_connect(unix_listener):
+    server, path = unix_listener
+    outcome = run_attack("unix_connect", {"path": str(path)}, play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    assert_no_connection(server)
+
+
+@pytest.mark.skipif(not X86_64, reason="the attack's machine code is x86_64")
+def test_int80_syscall():
+    outcome = run_attack("int80_syscall", play=reset)
+    assert outcome.last.status is Status.CRASHED, outcome.last
+    # SIGSYS: seccomp killed it for using a foreign ABI. SIGSEGV: a kernel without 32-bit
+    # emulation refused int 0x80 itself. Either way no system call was made.
+    assert outcome.last.error in ("the worker was killed by SIGSYS", "the worker was killed by SIGSEGV")
+
+
+@pytest.mark.skipif(not X86_64, reason="the x32 ABI exists only on x86_64")
+def test_x32_syscall():
+    outcome = run_attack("x32_syscall", play=step)
+    assert_killed(outcome.last, Status.CRASHED, "SIGSYS")
+
+
+# --- signals and tracing -----------------------------------------------------------------------
+
+
+def kill_parent_blocked() -> CallResult:
+    outcome = run_attack("kill_parent", play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    return outcome.last
+
+
+def test_kill_parent():
+    kill_parent_blocked()
+    os.kill(os.getpid(), 0)  # still here: the parent of every worker is this process
+
+
+def test_kill_sibling(sibling):
+    outcome = run_attack("kill_sibling", {"target": sibling.pid})
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+    assert sibling.poll() is None, "the sacrificial process was killed"
+
+
+def test_kill_everyone(sibling):
+    """kill(-1, SIGKILL) would kill every process the worker may signal: run it only once the
+    attack on the parent has been shown to fail."""
+    kill_parent_blocked()
+    config = dataclasses.replace(CONFIG, pool_size=3)
+    survivors: dict[str, set[int]] = {}
+
+    def play(env):
+        first = env.reset(seed=0)
+        survivors["before"] = pool_processes() - {env.worker_pid}
+        attack = env.step("anything")
+        survivors["after"] = pool_processes()
+        return [first, attack]
+
+    outcome = run_attack("kill_everyone", play=play, config=config)
+    assert_raised(outcome.last, "PermissionError")
+    assert sibling.poll() is None, "the sacrificial process of the worker's uid was killed"
+    assert survivors["before"], "the pool should hold a second warm worker"
+    assert survivors["before"] <= survivors["after"], "other workers were killed"
+
+
+def test_ptrace_attach(sibling):
+    outcome = run_attack("ptrace_attach", {"target": sibling.pid}, play=reset)
+    assert_raised(outcome.last, "PermissionError")
+    assert sibling.poll() is None
+
+
+def test_sigio_kill(reaped_sibling):
+    # The attack waits 0.3 s for the signal to land: a longer deadline, so that a busy machine
+    # cannot turn "blocked" into "timeout".
+    outcome = run_attack("sigio_kill", {"target": reaped_sibling}, play=lambda env: reset(env, 5.0))
+    # seccomp refuses F_SETOWN/F_SETSIG (PermissionError); were it allowed, Landlock's signal
+    # scoping would still keep the signal from landing (the attack then raises "still alive").
+    assert_raised(outcome.last, "PermissionError")
+    os.kill(reaped_sibling, 0)  # raises ProcessLookupError if the signal got through
+
+
+# --- output and answers ------------------------------------------------------------------------
+
+
+def test_print_flood():
+    outcome = run_attack("print_flood", play=lambda env: reset(env, 10.0))
+    assert_raised(outcome.last, "UnsupportedOperation")  # the capture buffer has no descriptor
+    assert 0 < len(outcome.last.output) <= CONFIG.max_captured_output
+    assert set(outcome.last.output) <= {"x", "\n"}
+
+
+def test_stdout_fd_flood():
+    outcome = run_attack("stdout_fd_flood", play=lambda env: step(env, timeout_s=10.0))
+    assert_raised(outcome.last, "RuntimeError")
+    assert "/dev/null" in outcome.last.error
+    assert outcome.last.output == ""
+
+
+def test_huge_observation():
+    outcome = run_attack("huge_observation", play=lambda env: step(env, timeout_s=30.0))
+    assert_killed(outcome.last, Status.OUTPUT_TOO_LARGE)
+    assert outcome.last.value is None
+
+
+def test_non_json_set():
+    outcome = run_attack("non_json_set", play=reset)
+    assert_raised(outcome.last, "TypeError", "unserializable")
+    assert outcome.last.value is None
+
+
+def test_non_json_object():
+    outcome = run_attack("non_json_object", play=step)
+    assert_raised(outcome.last, "TypeError", "unserializable")
+
+
+def test_circular_value():
+    outcome = run_attack("circular_value", play=reset)
+    assert_raised(outcome.last, "ValueError", "unserializable")
+
+
+def assert_non_finite_reward_refused(name: str) -> None:
+    outcome = run_attack(name, play=step)
+    assert outcome.last.ok, outcome.last  # it crosses the pipe; the host's check refuses it
+    assert not math.isfinite(outcome.last.value[1])
+    with pytest.raises(ContractViolation) as refused:
+        check_step_value(outcome.last.value)
+    assert refused.value.reason == "reward_not_finite"
+
+
+def test_nan_reward():
+    assert_non_finite_reward_refused("nan_reward")
+
+
+def test_inf_reward():
+    assert_non_finite_reward_refused("inf_reward")
+
+
+def test_builtins_liar():
+    outcome = run_attack("builtins_liar", play=reset)
+    assert outcome.last.ok, outcome.last  # the worker's checks lie; the host's do not
+    observation, info = outcome.last.value
+    assert type(observation) is str and type(info) is str  # what JSON made of bytes and a set
+    with pytest.raises(ContractViolation) as refused:
+        check_reset_value(outcome.last.value)
+    assert refused.value.reason == "reset_bad_type"
+    one = 1
+    assert isinstance(one, int) and not isinstance(one, str) and type(one) is int  # the host is untouched
+
+
+def test_pipe_forge():
+    def play(env):
+        results = step(env)
+        return [*results, env.step("again")]
+
+    outcome = run_attack("pipe_forge", play=play)
+    forged_answer, after = outcome.calls[1], outcome.calls[2]
+    assert_killed(forged_answer, Status.PROTOCOL_ERROR)
+    assert "more than one answer" in forged_answer.error
+    assert after.status is Status.WORKER_LOST, after  # never the forged answer to the next request
+
+
+def test_nested_json():
+    host_raised: list[BaseException] = []
+
+    def play(env):
+        try:
+            return [env.reset(seed=0)]
+        except RecursionError as exc:
+            host_raised.append(exc)
+            os.killpg(env.worker_pid, signal.SIGKILL)  # so that closing it does not raise again
+            return []
+
+    outcome = run_attack("nested_json", play=play)
+    assert not host_raised, f"SandboxPool.call raised in the host: {host_raised[0]!r}"
+    assert_killed(outcome.last, Status.PROTOCOL_ERROR)
+
+
+def test_output_cap_bypass():
+    outcome = run_attack("output_cap_bypass", play=reset)
+    assert_raised(outcome.last, "RuntimeError")
+    assert len(outcome.last.output) <= CONFIG.max_captured_output, len(outcome.last.output)
+
+
+def test_stall_reader():
+    state: dict = {}
+
+    def play(env):
+        first = env.reset(seed=0)
+        assert first.ok, first
+        results: list[CallResult] = []
+        caller = threading.Thread(
+            target=lambda: results.append(env.step("x" * 1_000_000, timeout_s=CONFIG.call_timeout_s)),
+            daemon=True,
+        )
+        caller.start()
+        caller.join(CONFIG.call_timeout_s + 1.5)
+        state["hung"] = caller.is_alive()
+        if state["hung"]:  # rescue this process: a dead worker makes the blocked write fail
+            os.killpg(env.worker_pid, signal.SIGKILL)
+            caller.join(10)
+        return [first, *results]
+
+    outcome = run_attack("stall_reader", play=play)
+    assert not state["hung"], "SandboxPool.call blocked past its deadline writing the request"
+    assert_killed(outcome.last, Status.TIMEOUT)
+
+
+# --- the validator and the command line --------------------------------------------------------
+
+VALIDATION_REASONS = {  # the failure codes documented in spade_rl.design.validate
+    "syntax_error", "no_env_class", "multiple_env_classes", "disallowed_import", "load_raised",
+    "init_raised", "reset_raised", "reset_bad_type", "solution_raised", "solution_bad_type",
+    "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range", "solution_does_not_win",
+    "never_terminates", "nondeterministic", "hint_leaks_answer", "judge_rejected", "timeout", "crashed",
+    "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
+}  # fmt: skip
+VALIDATION = ValidationSettings(call_timeout_s=CONFIG.call_timeout_s)
+
+
+@pytest.fixture(scope="module")
+def validator_pool():
+    require_sandbox()
+    kill_parent_blocked()  # before kill_everyone runs through the validator
+    assert_default_targets_absent()
+    pool = SandboxPool(CONFIG)
+    pool.start()
+    workers = pool_processes()
+    yield pool
+    workers |= pool_processes()
+    pool.close()
+    assert_no_leftovers(workers)
+    assert_default_targets_absent()
+
+
+@pytest.mark.parametrize("name", ATTACK_NAMES)
+def test_validator_rejects(name, validator_pool):
+    report = validate_source(validator_pool, attack_source(name), VALIDATION)
+    assert not report.valid, report
+    assert report.reason in VALIDATION_REASONS, report
+    assert report.message, report
+    leaked = [s for s in host_secrets() if s in report.message]
+    assert not leaked, report
+    assert_default_targets_absent()
+
+
+def cli_command() -> list[str]:
+    script = Path(sys.executable).with_name("spade-rl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "spade_rl"]
+
+
+def run_cli_validate(names: list[str]) -> subprocess.CompletedProcess:
+    """``spade-rl envs validate --json`` on attack files, in a child that holds a secret in its
+    initial environment; checks that the host is unharmed."""
+    secret = "spade-cli-secret-" + secrets.token_hex(16)
+    files = [str(ATTACKS / f"{n}.py") for n in names]
+    existing = frozenset(p.pid for p in processes())
+    proc = subprocess.Popen(
+        [*cli_command(), "envs", "validate", "--json", *files],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, SECRET_NAME: secret},
+    )
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert_no_leftovers(set(), parent_pid=proc.pid, existing=existing)
+    assert_default_targets_absent()
+    leaked = [s for s in [secret, *host_secrets()] if s in out or s in err]
+    assert not leaked, [s[:40] for s in leaked]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def assert_cli_rejects(done: subprocess.CompletedProcess, names: list[str]) -> None:
+    assert done.returncode == 1, done.stderr[-2000:]
+    reports = json.loads(done.stdout)
+    assert [r["path"] for r in reports] == [str(ATTACKS / f"{n}.py") for n in names]
+    for report in reports:
+        assert report["valid"] is False, report
+        assert report["reason"] in VALIDATION_REASONS, report
+        assert report["message"], report
+
+
+class Background:
+    """Runs a function in a thread; ``result`` waits for it and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[[], object]):
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], object]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test that waits for it
+            self.error = exc
+
+    def result(self, timeout: float) -> object:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"still running after {timeout} s"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_in_background(request):
+    """The command-line run over every attack takes a while (its own pool, default deadlines):
+    start it with the module, when its test is selected, so that it overlaps the other tests."""
+    if not any(item.name == "test_cli_validate_rejects_every_attack" for item in request.session.items):
+        yield None
+        return
+    require_sandbox()
+    kill_parent_blocked()  # before kill_everyone runs through the command line
+    assert_default_targets_absent()
+    run = Background(lambda: run_cli_validate(ATTACK_NAMES))
+    yield run
+    run.thread.join(300)
+
+
+@pytest.mark.slow
+def test_cli_validate_rejects_every_attack(cli_in_background):
+    assert_cli_rejects(cli_in_background.result(timeout=300), ATTACK_NAMES)
+
+
+# --- last, once the command-line run in the background is done ---------------------------------
+
+
+@pytest.mark.slow
+def test_ignore_signals_hits_the_cpu_limit():
+    """With no call deadline in reach, RLIMIT_CPU is the backstop: SIGXCPU is ignored, so the hard
+    limit (soft + 5 s) kills it with SIGKILL."""
+    config = dataclasses.replace(CONFIG, cpu_seconds=1, call_timeout_s=30.0)
+    outcome = run_attack("ignore_signals", play=reset, config=config)
+    assert_killed(outcome.last, Status.CRASHED, "SIGKILL")
+    assert outcome.last.elapsed_s < 20
