@@ -82,12 +82,12 @@ def test_deep_nesting_is_refused_on_the_trusted_side(pipe):
     os.write(w, struct.pack(">I", len(deep)) + deep.encode())
     with pytest.raises(ValueError, match="nested deeper"):
         protocol.FrameReader(r, 1 << 20).read(time.monotonic() + 1)
-    assert protocol.nesting_depth({"a": [[1], {"b": []}]}, 64) == 3
+    assert protocol.nesting_depth({"a": [[1], {"b": []}]}, 64) == 4
     assert protocol.nesting_depth(5, 64) == 0
 
 
 def test_write_with_deadline_to_a_full_pipe(pipe):
-    r, w = pipe
+    _, w = pipe
     os.set_blocking(w, False)
     with pytest.raises(protocol.Deadline):
         protocol.write_frame(w, "x" * 2_000_000, time.monotonic() + 0.2)  # nobody reads: the pipe fills
