@@ -357,3 +357,162 @@ def _read_designer_outputs(path: Path, n: int) -> list[str]:
     if len(texts) < n:
         raise _fail(f"{path} holds {len(texts)} designer outputs; --n asks for {n}")
     return texts
+
+
+def _resolve_play_target(env: str, archive: Path | None, hint_text: str | None) -> tuple[str, str, str, str]:
+    """(source, hint, setting, label) of a file, a reference name, or an archive id."""
+    if archive is not None and env.isdigit():
+        with _open_archive(archive) as store:
+            try:
+                record = store.get(int(env))
+            except (KeyError, ValueError) as exc:
+                raise _fail(f"no environment {env} in {archive}: {exc}") from None
+        return record.source, hint_text or record.hint, record.setting, f"archive env {env}"
+    source = _read_env(env)
+    setting = reference.SETTINGS.get(env, "tool_use" if "<tool_call>" in source else "games")
+    return source, hint_text or "", setting, env
+
+
+@app.command()
+def play(
+    env: str = typer.Argument(
+        ..., help="A reference name, an environment file, or an archive id (--archive)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model name or path (default: SmolLM2-135M)."
+    ),
+    human: bool = typer.Option(False, "--human", help="Play yourself: type each action."),
+    episodes: int = typer.Option(1, "--episodes", "-n", min=1, help="Episodes to play (batched)."),
+    hint: bool = typer.Option(False, "--hint", help="Also play with the hint and compare win rates."),
+    hint_text: str | None = typer.Option(None, "--hint-text", help="The hint (default: the archive's)."),
+    archive: Path | None = ARCHIVE_OPTION,
+    seed: int = typer.Option(0, "--seed", help="Seed of the first episode (episode i uses seed + i)."),
+    max_turns: int = typer.Option(25, "--max-turns", min=1),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+    temperature: float = typer.Option(0.6, "--temperature", min=0.0),
+) -> None:
+    """Watch a model (or yourself, with --human) play an environment in the sandbox, turn by turn."""
+    source, hint_value, setting, label = _resolve_play_target(env, archive, hint_text)
+    if hint and not hint_value:
+        raise _fail(f"--hint needs a hint: {label} has none; give one with --hint-text")
+    try:
+        with SandboxPool(SandboxConfig()) as pool:
+            if human:
+                _play_human(pool, source, hint_value if hint else "", seed, max_turns)
+                return
+            _play_model(
+                pool,
+                source,
+                hint_value,
+                setting,
+                label,
+                model,
+                episodes,
+                hint,
+                seed,
+                max_turns,
+                max_new_tokens,
+                temperature,
+            )
+    except SandboxUnavailable as exc:
+        raise _fail(str(exc)) from None
+
+
+def _play_model(
+    pool,
+    source,
+    hint_value,
+    setting,
+    label,
+    model,
+    episodes,
+    hint,
+    seed,
+    max_turns,
+    max_new_tokens,
+    temperature,
+) -> None:
+    from spade_rl.policy import PolicyConfig, PolicyError, make_policy
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+
+    try:
+        with console.status("loading the model"):
+            policy = make_policy(PolicyConfig(model=model, seed=seed))
+        config = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature)
+    except (PolicyError, ValueError, OSError) as exc:
+        raise _fail(f"cannot load the model: {exc}") from None
+    arms = [False, True] if hint else [False]
+    specs = [
+        EpisodeSpec(source, seed=seed + i, hint=hint_value, use_hint=use_hint, setting=setting)
+        for use_hint in arms
+        for i in range(episodes)
+    ]
+
+    def watch(index: int, episode) -> None:  # the first episode is shown live, turn by turn
+        if index != 0:
+            return
+        if not episode.turns:
+            console.rule(f"{label}: episode 1 (seed {seed})")
+            console.print(f"[bold]observation[/]\n{episode.messages[1]['content']}")
+            return
+        turn = episode.turns[-1]
+        console.print(f"[bold cyan]turn {len(episode.turns)} - model[/]\n{turn.action}")
+        console.print(f"[bold]observation[/] (reward {turn.reward:g})\n{turn.observation}")
+
+    results = run_episodes(policy, pool, specs, config, seed=seed, on_turn=watch)
+    first = results[0]
+    console.print(f"episode 1 ended: {first.stop_reason} {first.error}, return {first.return_:g}")
+    table = Table(title=f"{label}: {episodes} episode(s) per arm")
+    for column in ("hint", "win rate", "mean return", "mean turns", "ended by"):
+        table.add_column(column)
+    for use_hint in arms:
+        arm = [e for e in results if e.spec.use_hint == use_hint]
+        ended = {}
+        for e in arm:
+            ended[e.stop_reason] = ended.get(e.stop_reason, 0) + 1
+        table.add_row(
+            "with" if use_hint else "without",
+            f"{sum(e.won for e in arm) / len(arm):.2f}",
+            f"{sum(e.return_ for e in arm) / len(arm):.2f}",
+            f"{sum(len(e.turns) for e in arm) / len(arm):.1f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(ended.items())),
+        )
+    console.print(table)
+
+
+def _play_human(pool, source: str, hint_value: str, seed: int, max_turns: int) -> None:
+    from spade_rl.envs import ContractViolation, check_reset_value, check_step_value
+
+    opened = pool.open(source)
+    if not opened.ok:
+        raise _fail(f"the environment does not load: {opened.reason}: {opened.error}")
+    handle = opened.value
+    try:
+        first = handle.reset(seed)
+        try:
+            observation, _ = check_reset_value(first.value) if first.ok else (None, None)
+        except ContractViolation as exc:
+            raise _fail(f"reset: {exc}") from None
+        if observation is None:
+            raise _fail(f"reset failed: {first.reason}: {first.error}")
+        console.print(observation + (f"\n\nHint: {hint_value}" if hint_value else ""))
+        for turn in range(1, max_turns + 1):
+            try:
+                action = typer.prompt(f"turn {turn} action", default="", show_default=False)
+            except (EOFError, typer.Abort):
+                console.print("stopped")
+                return
+            result = handle.step(action)
+            if not result.ok:
+                raise _fail(f"step failed: {result.reason}: {result.error}")
+            try:
+                step = check_step_value(result.value)
+            except ContractViolation as exc:
+                raise _fail(f"step: {exc}") from None
+            console.print(f"{step.observation}\n(reward {step.reward:g})")
+            if step.terminated or step.truncated:
+                console.print("won" if step.terminated and step.reward >= 1.0 else "episode over")
+                return
+        console.print(f"out of turns ({max_turns})")
+    finally:
+        handle.close()

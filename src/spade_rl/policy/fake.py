@@ -2,6 +2,8 @@
 
     policy = FakePolicy(["\\\\boxed{left}", "\\\\boxed{up}"])            # answers in turn, then raises
     policy = FakePolicy(lambda chat: "<answer>42</answer>")              # answers from the chat
+    # Token prompts (the rollout layer's path) reach a function as one message holding the decoded
+    # prompt: [{"role": "prompt", "content": "<|im_start|>system..."}].
     policy = FakePolicy(["Hi"], tokenizer=default_tokenizer())           # real token ids and chat template
     [g] = policy.generate([[{"role": "user", "content": "Hi"}]], SamplingSettings())
     policy.calls                                                      # every (chats, settings) it was given
@@ -71,9 +73,15 @@ class FakePolicy(Policy):
     ) -> list[Generation]:
         prompts = check_token_prompts(prompt_token_ids)
         self.calls.append((prompts, settings))
-        return [
-            self._answer(self._text_for(None), p, None, settings) for p in prompts for _ in range(settings.n)
-        ]
+        out = []
+        for prompt in prompts:
+            as_chat = (
+                [{"role": "prompt", "content": self._decode(prompt)}] if callable(self._script) else None
+            )
+            out.extend(
+                self._answer(self._text_for(as_chat), prompt, None, settings) for _ in range(settings.n)
+            )
+        return out
 
     def _text_for(self, chat: list[dict[str, Any]] | None) -> str:
         if callable(self._script):
@@ -123,7 +131,7 @@ class FakePolicy(Policy):
 
     def _decode(self, ids: list[int]) -> str:
         if self._tokenizer is None:
-            return bytes(ids).decode(errors="ignore")
+            return bytes(i for i in ids if i < 256).decode(errors="ignore")
         return self._tokenizer.decode(ids, skip_special_tokens=True)
 
     def _eos(self) -> int:

@@ -1,0 +1,302 @@
+"""Multi-turn episodes, many at once: one batched generation per turn for every live episode.
+
+    episodes = run_episodes(policy, pool, [EpisodeSpec(source, seed=0, hint="..."), ...], RolloutConfig())
+
+Each turn, every live episode's conversation (kept as token ids) goes to the policy in one batch,
+then every live episode steps in the sandbox pool in one batch; episodes end independently
+(terminated, truncated by the environment, out of turns, out of context, or an environment failure).
+The hint, when on, is appended to the first observation.
+
+Token-level data for training: ``Episode.token_ids`` is the whole conversation as the model saw it,
+``mask`` is 1 on tokens the model generated and 0 on prompt and environment tokens (the chat
+template's headers, the observations), and ``logprobs`` holds the sampling log-probability of each
+model token (0.0 elsewhere). The model's own tokens are kept exactly as sampled; the template tokens
+that follow an assistant turn are computed once per tokenizer (``_TemplateTail``) so that the
+conversation equals what the chat template would render.
+
+Environment failures (a timeout, a crash, a malformed answer) end that episode with a recorded
+reason and never stop the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
+from spade_rl.policy import Policy, SamplingSettings
+from spade_rl.rewards import episode_return
+from spade_rl.sandbox import EnvHandle, SandboxPool
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPTS = {
+    "games": (
+        "You are playing a text game. Read the observation, think briefly, then give exactly one "
+        "action in \\boxed{...}, in the format the game asks for."
+    ),
+    "tool_use": (
+        'You solve tasks with tools. Call a tool with <tool_call>{"name": ..., "arguments": {...}}'
+        "</tool_call>; the results come back as the next message. When you know the answer, reply "
+        "with <answer>...</answer>."
+    ),
+}
+STOP_REASONS = ("terminated", "truncated", "max_turns", "context", "env_error")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    max_turns: int = 25
+    max_new_tokens: int = 256  # per turn
+    max_context_tokens: int = 4096  # the whole conversation; an episode that outgrows it is truncated
+    max_observation_chars: int = 4000  # longer observations are cut (a hostile env can return megabytes)
+    temperature: float = 0.6
+    top_p: float = 1.0
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    call_timeout_s: float = 5.0
+    system_prompts: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_PROMPTS))
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_new_tokens", "max_context_tokens", "max_observation_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout {name} must be at least 1, got {getattr(self, name)}")
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError("rollout max_new_tokens must be smaller than max_context_tokens")
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: an environment source, its seed, and the hint (used when ``use_hint``)."""
+
+    source: str
+    seed: int = 0
+    hint: str = ""
+    use_hint: bool = False
+    setting: str = "games"
+    env_kwargs: dict = field(default_factory=dict)
+    tag: Any = None  # the caller's label (for example the archive id); carried to the Episode
+
+
+@dataclass(frozen=True)
+class Turn:
+    action: str  # the model's text
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    finish_reason: str  # the generation's: stop, stop_string, length
+
+
+@dataclass
+class Episode:
+    spec: EpisodeSpec
+    messages: list[dict] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    stop_reason: str = ""  # one of STOP_REASONS
+    error: str = ""  # what failed, for env_error
+    token_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_length: int = 0  # tokens of the first prompt (system + first observation)
+
+    @property
+    def final_reward(self) -> float:
+        return self.turns[-1].reward if self.turns else 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return self.stop_reason != "terminated"
+
+    @property
+    def return_(self) -> float:
+        return episode_return(self.final_reward, self.truncated)
+
+    @property
+    def won(self) -> bool:
+        return self.stop_reason == "terminated" and self.final_reward >= 1.0
+
+    def append(self, ids: list[int], model: bool, logprobs: list[float] | None = None) -> None:
+        self.token_ids.extend(ids)
+        self.mask.extend([1 if model else 0] * len(ids))
+        if model and logprobs is not None and len(logprobs) == len(ids):
+            self.logprobs.extend(logprobs)
+        else:
+            self.logprobs.extend([0.0] * len(ids))
+
+
+class _TemplateTail:
+    """The template tokens after the end-of-turn token of an assistant message (ChatML: a newline).
+
+    Found once by rendering a tiny conversation: the rendered assistant turn ends with the end token
+    followed by the tail."""
+
+    def __init__(self, policy: Policy):
+        probe = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+        ids = policy.render(probe, add_generation_prompt=False)
+        tokenizer = policy.tokenizer
+        eos = getattr(tokenizer, "eos_token_id", None)
+        ends = [i for i, t in enumerate(ids) if t == eos]
+        if not ends:
+            raise ValueError(
+                "the chat template does not end an assistant turn with the end-of-sequence token"
+            )
+        self.eos = eos
+        self.tail = ids[ends[-1] + 1 :]
+
+    def after_turn(self, completion_ids: list[int]) -> list[int]:
+        """Template tokens to append after a completion so the turn ends as the template writes it."""
+        return ([] if completion_ids and completion_ids[-1] == self.eos else [self.eos]) + self.tail
+
+
+def _first_message(observation: str, spec: EpisodeSpec) -> str:
+    if spec.use_hint and spec.hint:
+        return f"{observation}\n\nHint: {spec.hint}"
+    return observation
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} characters cut]"
+
+
+def run_episodes(
+    policy: Policy,
+    pool: SandboxPool,
+    specs: list[EpisodeSpec],
+    config: RolloutConfig,
+    seed: int = 0,
+    on_turn: Callable[[int, Episode], None] | None = None,
+) -> list[Episode]:
+    """Play every spec to its end; one ``Episode`` per spec, in order. ``on_turn(index, episode)`` is
+    called after each turn of each episode (and once at its start), to watch play as it happens."""
+    rng = random.Random(seed)
+    episodes = [Episode(spec) for spec in specs]
+    tail = _TemplateTail(policy)
+    handles: list[EnvHandle | None] = [None] * len(specs)
+    try:
+        opened = pool.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
+        live = []
+        for i, result in enumerate(opened):
+            if result.ok:
+                handles[i] = result.value
+                live.append(i)
+            else:
+                _fail(episodes[i], f"open: {result.reason}: {result.error}")
+        resets = pool.call_many(
+            [(handles[i], "reset", {"seed": specs[i].seed}) for i in live], config.call_timeout_s
+        )
+        started = []
+        for i, result in zip(live, resets, strict=True):
+            episode = episodes[i]
+            try:
+                observation, _ = check_reset_value(result.value) if result.ok else (None, None)
+            except ContractViolation as exc:
+                _fail(episode, f"reset: {exc}")
+                continue
+            if observation is None:
+                _fail(episode, f"reset: {result.reason}: {result.error}")
+                continue
+            system = config.system_prompts.get(specs[i].setting, config.system_prompts["games"])
+            episode.messages = [
+                {"role": "system", "content": system},
+                {
+                    "role": "user",
+                    "content": _cut(_first_message(observation, specs[i]), config.max_observation_chars),
+                },
+            ]
+            episode.append(policy.render(episode.messages, add_generation_prompt=True), model=False)
+            episode.prompt_length = len(episode.token_ids)
+            if episode.prompt_length + config.max_new_tokens > config.max_context_tokens:
+                episode.stop_reason = "context"
+                continue
+            started.append(i)
+            if on_turn is not None:
+                on_turn(i, episode)
+        _play(policy, pool, episodes, handles, started, config, tail, rng, on_turn)
+    finally:
+        for handle in handles:
+            if handle is not None:
+                handle.close()
+    return episodes
+
+
+def _play(
+    policy: Policy,
+    pool: SandboxPool,
+    episodes: list[Episode],
+    handles: list[EnvHandle | None],
+    live: list[int],
+    config: RolloutConfig,
+    tail: _TemplateTail,
+    rng: random.Random,
+    on_turn: Callable[[int, Episode], None] | None,
+) -> None:
+    turn = 0
+    while live:
+        turn += 1
+        room = min(config.max_context_tokens - len(episodes[i].token_ids) for i in live)
+        settings = SamplingSettings(
+            max_new_tokens=max(1, min(config.max_new_tokens, room)),
+            temperature=config.temperature,
+            top_p=config.top_p,
+            seed=rng.randrange(2**31),
+        )
+        generations = policy.generate_tokens([episodes[i].token_ids for i in live], settings)
+        for i, generation in zip(live, generations, strict=True):
+            ids = list(generation.completion_token_ids or [])
+            logprobs = list(generation.completion_logprobs) if generation.completion_logprobs else None
+            episodes[i].append(ids, model=True, logprobs=logprobs)
+            episodes[i].messages.append({"role": "assistant", "content": generation.text})
+        steps = pool.call_many(
+            [(handles[i], "step", {"action": g.text}) for i, g in zip(live, generations, strict=True)],
+            config.call_timeout_s,
+        )
+        still = []
+        for i, generation, result in zip(live, generations, steps, strict=True):
+            episode = episodes[i]
+            if not result.ok:
+                _fail(episode, f"step: {result.reason}: {result.error}")
+                continue
+            try:
+                step = check_step_value(result.value, config.reward_range)
+            except ContractViolation as exc:
+                _fail(episode, f"step: {exc}")
+                continue
+            observation = _cut(step.observation, config.max_observation_chars)
+            episode.turns.append(
+                Turn(
+                    generation.text,
+                    observation,
+                    step.reward,
+                    step.terminated,
+                    step.truncated,
+                    generation.finish_reason,
+                )
+            )
+            if step.terminated or step.truncated:
+                episode.stop_reason = "terminated" if step.terminated else "truncated"
+            elif turn >= config.max_turns:
+                episode.stop_reason = "max_turns"
+            if on_turn is not None:
+                on_turn(i, episode)
+            if episode.stop_reason:
+                continue
+            previous = list(episode.messages)
+            episode.messages.append({"role": "user", "content": observation})
+            suffix = tail.after_turn(list(generation.completion_token_ids or [])) + policy.render_suffix(
+                previous, episode.messages, add_generation_prompt=True
+            )
+            if len(episode.token_ids) + len(suffix) + 1 > config.max_context_tokens:
+                episode.stop_reason = "context"
+                continue
+            episode.append(suffix, model=False)
+            still.append(i)
+        live = still
+
+
+def _fail(episode: Episode, error: str) -> None:
+    episode.stop_reason = "env_error"
+    episode.error = error[:2000]
+    log.info("episode %s ended by an environment failure: %s", episode.spec.tag, episode.error[:200])

@@ -1,0 +1,161 @@
+"""Rollouts with a scripted policy (real tokenizer and chat template) through the real sandbox."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from spade_rl.envs import reference
+from spade_rl.policy import FakePolicy, default_tokenizer
+from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return default_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=1.0)) as p:
+        yield p
+
+
+def guesser(chat):
+    """Binary search from the feedback seen so far (a perfect player of `guess`)."""
+    text = " ".join(m["content"] for m in chat)
+    low, high = 1, 100
+    for number, direction in re.findall(r"(\d+) is too (low|high)", text):
+        if direction == "low":
+            low = max(low, int(number) + 1)
+        else:
+            high = min(high, int(number) - 1)
+    return f"I will try the middle. \\boxed{{{(low + high) // 2}}}"
+
+
+def model_text(episode, tokenizer):
+    return tokenizer.decode([t for t, m in zip(episode.token_ids, episode.mask, strict=True) if m])
+
+
+def test_masks_cover_exactly_the_model_turns(pool, tokenizer):
+    policy = FakePolicy(guesser, tokenizer=tokenizer)
+    [episode] = run_episodes(policy, pool, [EpisodeSpec(reference.source("guess"), seed=5)], RolloutConfig())
+    assert episode.won and episode.return_ == 1.0 and episode.stop_reason == "terminated"
+    assert 1 < len(episode.turns) <= 7
+    expected = "".join(turn.action + tokenizer.eos_token for turn in episode.turns)
+    assert model_text(episode, tokenizer) == expected
+    assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs)
+    assert all(lp == -1.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
+    # The whole sequence is what the chat template renders for the conversation.
+    rendered = tokenizer.apply_chat_template(episode.messages, tokenize=False)
+    assert tokenizer.decode(episode.token_ids) == rendered.rstrip("\n")
+    assert episode.prompt_length == len(policy.render(episode.messages[:2]))
+
+
+def test_hint_is_appended_to_the_first_observation(pool, tokenizer):
+    policy = FakePolicy(guesser, tokenizer=tokenizer)
+    spec = EpisodeSpec(reference.source("guess"), seed=1, hint="Halve the range.", use_hint=True)
+    off = EpisodeSpec(reference.source("guess"), seed=1, hint="Halve the range.", use_hint=False)
+    with_hint, without = run_episodes(policy, pool, [spec, off], RolloutConfig())
+    assert with_hint.messages[1]["content"].endswith("\n\nHint: Halve the range.")
+    assert "Hint:" not in without.messages[1]["content"]
+
+
+def test_many_episodes_one_generation_per_turn(pool, tokenizer):
+    policy = FakePolicy(lambda chat: "\\boxed{50}", tokenizer=tokenizer)
+    specs = [
+        EpisodeSpec(reference.source(name), seed=s) for name in ("guess", "maze", "lights") for s in (0, 1)
+    ]
+    episodes = run_episodes(policy, pool, specs, RolloutConfig(max_turns=4))
+    assert [e.stop_reason for e in episodes].count("max_turns") + sum(e.won for e in episodes) >= 4
+    assert all(len(e.turns) <= 4 for e in episodes)
+    # one batched call per turn: the first carries every episode
+    assert len(policy.calls[0][0]) == len(specs) and len(policy.calls) <= 4
+
+
+def test_context_budget_truncates_instead_of_crashing(pool, tokenizer):
+    policy = FakePolicy(lambda chat: "\\boxed{50} " + "padding " * 40, tokenizer=tokenizer)
+    [episode] = run_episodes(
+        policy,
+        pool,
+        [EpisodeSpec(reference.source("guess"), seed=5)],  # seed 5: the secret is not 50
+        RolloutConfig(max_context_tokens=400, max_new_tokens=64),
+    )
+    assert episode.stop_reason == "context" and episode.return_ == 0.0
+    assert len(episode.token_ids) <= 400
+
+
+def test_environment_failures_end_only_their_episode(pool, tokenizer):
+    hang = reference.source("guess").replace("self._turn += 1", "while True:\n            pass", 1)
+    assert "while True" in hang
+    broken = "class BrokenEnv(:\n"
+    policy = FakePolicy(guesser, tokenizer=tokenizer)
+    specs = [EpisodeSpec(hang, seed=5), EpisodeSpec(broken), EpisodeSpec(reference.source("guess"), seed=3)]
+    hung, bad, good = run_episodes(policy, pool, specs, RolloutConfig(call_timeout_s=0.5))
+    assert hung.stop_reason == "env_error" and "timeout" in hung.error and hung.return_ == 0.0
+    assert bad.stop_reason == "env_error" and "syntax_error" in bad.error
+    assert good.won
+
+
+def test_huge_observations_are_cut(pool, tokenizer):
+    chatty = reference.source("guess").replace(
+        'return observation, self._info("start")', "return 'x' * 100000 + observation, self._info(\"start\")"
+    )
+    assert "100000" in chatty
+    policy = FakePolicy(guesser, tokenizer=tokenizer)
+    [episode] = run_episodes(policy, pool, [EpisodeSpec(chatty)], RolloutConfig(max_observation_chars=500))
+    assert len(episode.messages[1]["content"]) < 700 and "characters cut" in episode.messages[1]["content"]
+
+
+def test_tool_use_setting_uses_its_system_prompt(pool, tokenizer):
+    policy = FakePolicy(lambda chat: "<answer>0</answer>", tokenizer=tokenizer)
+    [episode] = run_episodes(
+        policy, pool, [EpisodeSpec(reference.source("tools"), setting="tool_use")], RolloutConfig()
+    )
+    assert "<tool_call>" in episode.messages[0]["content"] and episode.stop_reason == "terminated"
+
+
+def mask_spans(episode):
+    """The runs of consecutive model tokens (mask 1), as lists of token ids."""
+    spans, current = [], []
+    for token, model in zip(episode.token_ids, episode.mask, strict=True):
+        if model:
+            current.append(token)
+        elif current:
+            spans.append(current)
+            current = []
+    if current:
+        spans.append(current)
+    return spans
+
+
+@pytest.mark.slow
+def test_default_model_plays_through_the_sandbox_with_exact_masks(pool):
+    """The real default model (SmolLM2-135M) plays reference environments in the real sandbox."""
+    from spade_rl.policy import PolicyConfig, make_policy
+
+    policy = make_policy(PolicyConfig(seed=0))
+    tokenizer = policy.tokenizer
+    specs = [
+        EpisodeSpec(reference.source(name), seed=s, setting=reference.SETTINGS[name])
+        for name in ("guess", "arithmetic", "tools")
+        for s in (0, 1)
+    ]
+    episodes = run_episodes(policy, pool, specs, RolloutConfig(max_turns=3, max_new_tokens=32), seed=0)
+    for episode in episodes:
+        assert episode.stop_reason in ("terminated", "truncated", "max_turns"), episode.error
+        spans = mask_spans(episode)
+        assert len(spans) == len(episode.turns) >= 1
+        for span, turn in zip(spans, episode.turns, strict=True):
+            assert tokenizer.decode(span, skip_special_tokens=True) == turn.action
+        # the sampling log-probabilities sit on the model tokens only, and are real log-probabilities
+        model_logprobs = [lp for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m]
+        assert all(lp <= 0.0 for lp in model_logprobs) and any(lp < 0.0 for lp in model_logprobs)
+        assert all(lp == 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if not m)
+        # the environment tokens between turns are the chat template's rendering of the observations
+        rendered = tokenizer.apply_chat_template(episode.messages, tokenize=False)
+        assert tokenizer.decode(episode.token_ids, skip_special_tokens=False).startswith(
+            rendered[: len(rendered) // 2]
+        )
