@@ -651,3 +651,61 @@ def test_concurrent_reader_process_reads_while_writer_process_writes(tmp_path):
     assert result["errors"] == []
     assert counts[-1] == n and counts == sorted(counts)  # never went backwards
     assert any(0 < c < n for c in counts)  # it really read during the writes
+
+
+def test_discard_after_forgets_an_interrupted_iteration(tmp_path):
+    from spade_rl.archive import Archive, PlayStats
+
+    stats = PlayStats(2, 2, 0.5, 1.0, 0.5, 3.0, 0.5, 1.0)
+    with Archive(tmp_path / "a.sqlite") as archive:
+        kept = archive.add(
+            "class KeptEnv: pass", valid=True, reason="ok", skill="math", setting="games", iteration=1
+        )
+        archive.record_stats(kept.env_id, 1, stats)
+        later = archive.add(
+            "class LaterEnv: pass",
+            valid=True,
+            reason="ok",
+            skill="math",
+            setting="games",
+            iteration=2,
+            parents=(kept.env_id,),
+        )
+        archive.record_stats(kept.env_id, 2, stats)
+        archive.record_stats(later.env_id, 2, stats)
+        archive.add(
+            "class KeptEnv: pass", valid=True, reason="ok", skill="math", setting="games", iteration=2
+        )
+        assert archive.discard_after(1) == 1
+        assert archive.ids() == [kept.env_id]
+        assert [row.iteration for row in archive.stats_history(kept.env_id)] == [1]
+        assert archive.get(kept.env_id).times_proposed == 1
+        assert archive.check_integrity() == []
+        again = archive.add(
+            "class LaterEnv: pass", valid=True, reason="ok", skill="math", setting="games", iteration=2
+        )
+        assert not again.duplicate
+
+
+def test_memory_never_shows_an_environment_twice(tmp_path):
+    from spade_rl.archive import Archive, PlayStats
+
+    hard = PlayStats(4, 4, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0)
+    with Archive(tmp_path / "a.sqlite") as archive:
+        refs = [
+            archive.add(
+                f"class R{i}Env: pass",
+                valid=True,
+                reason="ok",
+                skill="s",
+                setting="games",
+                iteration=0,
+                origin="reference",
+            ).env_id
+            for i in range(2)
+        ]
+        for env_id in refs:
+            archive.record_stats(env_id, 1, hard)  # every reference is too hard: negatives only
+        for seed in range(20):
+            sample = archive.sample_memory(seed, positives=2, negatives=1)
+            assert len(sample.parent_ids) == len(set(sample.parent_ids))

@@ -128,7 +128,10 @@ def pick_memory(
     kinds = dict.fromkeys(positives, "frontier")
     notes, fallback = [], False
     if n_positive and not positives:
-        positives = rng.sample(list(reference_ids), min(n_positive, len(reference_ids)))
+        # Prefer references the agent has not shown to be too easy or too hard (those are negatives).
+        outside_ids = {c.env_id for c in outside}
+        eligible = [r for r in reference_ids if r not in outside_ids] or list(reference_ids)
+        positives = rng.sample(eligible, min(n_positive, len(eligible)))
         kinds.update(dict.fromkeys(positives, "reference"))
         fallback = True
         notes.append(
@@ -137,6 +140,7 @@ def pick_memory(
         )
     if len(positives) < n_positive:
         notes.append(f"found {len(positives)} of {n_positive} positive examples")
+    outside = [c for c in outside if c.env_id not in kinds]  # an example is shown once, in one role
     negatives = rng.sample(outside, min(n_negative, len(outside)))
     for c in negatives:
         kinds[c.env_id] = "too_hard" if c.win_rate < low else "too_easy"  # type: ignore[operator]

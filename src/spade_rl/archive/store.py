@@ -212,6 +212,26 @@ class Archive:
 
     # -- writing ------------------------------------------------------------------------------------
 
+    def discard_after(self, iteration: int) -> int:
+        """Forget everything recorded in iterations after ``iteration``: environments first proposed
+        then (with their lineage), and the proposals and statistics of those iterations. A resumed run
+        calls this with its last completed iteration, so that an interrupted iteration is neither
+        lost nor counted twice when it runs again. Returns how many environments were removed."""
+        iteration = check_iteration(iteration)
+        with self._transaction():
+            ids = [
+                r[0]
+                for r in self._conn.execute("SELECT id FROM environments WHERE iteration > ?", (iteration,))
+            ]
+            marks = ",".join("?" * len(ids))
+            self._conn.execute("DELETE FROM stats WHERE iteration > ?", (iteration,))
+            self._conn.execute("DELETE FROM proposals WHERE iteration > ?", (iteration,))
+            if ids:
+                for table, column in (("stats", "env_id"), ("proposals", "env_id"), ("lineage", "env_id")):
+                    self._conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
+                self._conn.execute(f"DELETE FROM environments WHERE id IN ({marks})", ids)
+        return len(ids)
+
     def add(
         self,
         source: str,
