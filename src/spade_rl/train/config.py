@@ -1,0 +1,145 @@
+"""The configuration of the GRPO update: one frozen dataclass, validated on construction.
+
+    config = TrainConfig(learning_rate=1e-6, num_generations=8, per_device_train_batch_size=8)
+    config.rows_per_update        # samples (with filler) in one optimiser step, per process
+
+Names follow TRL's ``GRPOConfig`` where one exists, so that a reader can look the meaning up there.
+``learning_rate`` defaults to 1e-6, the paper's value for full fine-tuning of a multi-billion-parameter
+model; a tiny model on a CPU (tests, smoke runs) moves visibly only at about 1e-4 to 1e-3, and LoRA usually
+wants about 1e-5 to 1e-4. ``temperature`` must be the temperature the samples were drawn at: TRL divides
+the logits by it before computing the log-probabilities that enter the importance ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# The loss variants trl 1.16's GRPOTrainer._compute_loss implements.
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+# Where the "old" log-probabilities of the importance ratio come from (see spade_rl.train.updater).
+OLD_LOGPROBS = ("sampling", "recompute")
+REPORT_TO = ("none", "tensorboard", "wandb")
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # optimiser
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    max_steps: int = 100_000  # the length of a decaying learning-rate schedule, in updates
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # 0 turns clipping off
+    # GRPO loss
+    loss_type: str = "dapo"  # TRL's default: tokens normalised over the whole batch, so filler rows weigh 0
+    epsilon_low: float = 0.2  # the clip range of the importance ratio: [1 - low, 1 + high]
+    epsilon_high: float = 0.28
+    beta: float = 0.0  # KL coefficient against the model as it was when the updater was built
+    temperature: float = 0.6  # the sampling temperature of the samples
+    old_logprobs: str = "sampling"  # sampling: ratio against the sampler's log-probs; recompute: on-policy
+    # batch geometry
+    num_generations: int = 8  # G: rows per GRPO group block
+    per_device_train_batch_size: int = 8  # rows per forward/backward pass
+    gradient_accumulation_steps: int = 1  # passes per optimiser step
+    max_completion_length: int = 4096  # longer completions keep their first tokens
+    # model
+    use_lora: bool = False
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: tuple[str, ...] = ("all-linear",)
+    bf16: bool | None = None  # None: bf16 autocast when the model is on a GPU that supports it, else fp32
+    gradient_checkpointing: bool | None = None  # None: on for a GPU, off on the CPU
+    # bookkeeping
+    seed: int = 0
+    output_dir: str | None = None  # where report_to backends write (tensorboard: output_dir/runs); None: a
+    # temporary folder, removed with the updater (transformers creates the folder; with "none" it stays empty)
+    report_to: str = "none"
+
+    def __post_init__(self) -> None:
+        _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
+        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        _choice("old_logprobs", self.old_logprobs, OLD_LOGPROBS)
+        _choice("report_to", self.report_to, REPORT_TO)
+        _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _number("max_grad_norm", self.max_grad_norm, low=0.0)
+        _number("epsilon_low", self.epsilon_low, low=0.0, high=1.0, low_open=True, high_open=True)
+        _number("epsilon_high", self.epsilon_high, low=0.0, low_open=True)
+        _number("beta", self.beta, low=0.0)
+        _number("temperature", self.temperature, low=0.0, low_open=True)
+        _number("lora_dropout", self.lora_dropout, low=0.0, high=1.0, high_open=True)
+        _integer("warmup_steps", self.warmup_steps, 0)
+        _integer("max_steps", self.max_steps, 1)
+        _integer("num_generations", self.num_generations, 2)  # GRPO compares at least two samples
+        _integer("per_device_train_batch_size", self.per_device_train_batch_size, 1)
+        _integer("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
+        _integer("max_completion_length", self.max_completion_length, 1)
+        _integer("lora_rank", self.lora_rank, 1)
+        _integer("lora_alpha", self.lora_alpha, 1)
+        _integer("seed", self.seed, 0)
+        for name in ("use_lora",):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"train {name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("bf16", "gradient_checkpointing"):
+            if getattr(self, name) not in (None, True, False):
+                raise ValueError(f"train {name} must be None (automatic), True or False")
+        if self.rows_per_update % self.num_generations:
+            raise ValueError(
+                f"train per_device_train_batch_size * gradient_accumulation_steps "
+                f"({self.per_device_train_batch_size} * {self.gradient_accumulation_steps} = "
+                f"{self.rows_per_update}) must be a multiple of num_generations ({self.num_generations}): "
+                "each update holds whole groups"
+            )
+        targets = self.lora_target_modules
+        if isinstance(targets, str) or not targets or not all(isinstance(t, str) and t for t in targets):
+            raise ValueError(
+                "train lora_target_modules must be a non-empty tuple of module names, or ('all-linear',)"
+            )
+        object.__setattr__(self, "lora_target_modules", tuple(targets))
+        if "lm_head" in targets:
+            raise ValueError(
+                "train lora_target_modules must not name lm_head: TRL never trains an adapter there"
+            )
+        if self.output_dir is not None and (not isinstance(self.output_dir, str) or not self.output_dir):
+            raise ValueError(f"train output_dir must be None or a non-empty path, got {self.output_dir!r}")
+        if self.output_dir is None and self.report_to != "none":
+            raise ValueError(f"train output_dir must be set for report_to={self.report_to!r} to write into")
+
+    @property
+    def rows_per_update(self) -> int:
+        """Rows of one optimiser step on one process (per-device batch size x accumulation steps)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"train {name} {value!r} is not one of {list(allowed)}")
+
+
+def _integer(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"train {name} must be an int >= {minimum}, got {value!r}")
+
+
+def _number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        span = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+        raise ValueError(f"train {name} must be a finite number in {span}, got {value!r}")
