@@ -1,0 +1,180 @@
+"""The self-play loop end to end: a tiny in-process model through the real sandbox and TRL.
+
+The designer's answers are scripted (a tiny random model writes no valid Python), with real token
+ids from the default tokenizer; the agent is the tiny model itself, and the update trains it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spade_rl.loop.config import ConfigError, load_config
+from spade_rl.loop.run import SelfPlay
+from spade_rl.policy import FakePolicy, tiny_random_model
+from spade_rl.policy.transformers_backend import TransformersPolicy
+
+PARITY = '''
+class ParityEnv:
+    """Win when the seed plus the length of the action is even."""
+
+    def __init__(self, max_turns=2):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        self.seed = 0 if seed is None else seed
+        self.turn = 0
+        return "Say something of the right length.", {}
+
+    def step(self, action):
+        self.turn += 1
+        won = (self.seed + len(action)) % 2 == 0
+        if won:
+            return "yes", 1.0, True, False, {}
+        return "no", 0.0, False, self.turn >= self.max_turns, {}
+
+    def solution(self):
+        return ["xx" if self.seed % 2 == 0 else "x"]
+'''
+HANGS = PARITY.replace("self.turn += 1", "while True:\n            pass").replace("ParityEnv", "HangEnv")
+
+
+def designer_output(source: str) -> str:
+    return f"```python\n{source}```\n<hint>Count the characters.</hint>"
+
+
+class RoutingPolicy(TransformersPolicy):
+    """The tiny model plays; designer prompts get scripted answers (with real token ids)."""
+
+    def __init__(self, model, tokenizer, designs):
+        super().__init__(model, tokenizer)
+        self.designs = FakePolicy(designs, tokenizer=tokenizer)
+
+    def generate(self, chats, settings):
+        if chats and chats[0][0]["content"].startswith("You design executable"):
+            return self.designs.generate(chats, settings)
+        return super().generate(chats, settings)
+
+
+SMALL = [
+    "loop.iterations=2",
+    "loop.designs_per_iteration=2",
+    "loop.envs_per_iteration=2",
+    "loop.plays_per_env=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "design.max_new_tokens=2048",
+    "sandbox.call_timeout_s=0.5",
+    "design.validation.call_timeout_s=0.5",
+    "train.learning_rate=1e-3",
+]
+
+
+def test_two_iterations_train_both_roles(tmp_path):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 2)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with SelfPlay(load_config(None, SMALL), tmp_path / "run", policy=policy) as run:
+        seen = []
+        update = run.updater.update
+        run.updater.update = lambda samples: (seen.append(list(samples)), update(samples))[1]
+        metrics = list(run.iterations())
+    assert [m["iteration"] for m in metrics] == [1, 2]
+    assert metrics[0]["designer/reasons"] == {"ok": 1, "timeout": 1}
+    samples = [s for batch in seen for s in batch]
+    for role in ("designer", "agent"):
+        assert any(s.role == role and abs(s.advantage) > 0 for s in samples), role
+    assert any(not (before[k] == v).all() for k, v in model.state_dict().items())
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    assert (tmp_path / "run" / "checkpoints" / "iter-0002" / "state.json").exists()
+    assert (tmp_path / "run" / "config.json").exists() and (tmp_path / "run" / "transcripts.jsonl").exists()
+
+
+def test_bad_configs_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key loop\.iteration;.*iterations"):
+        load_config(None, ["loop.iteration=2"])
+    with pytest.raises(ConfigError, match="must be an integer"):
+        load_config(None, ["loop.iterations='many'"])
+    with pytest.raises(ConfigError, match="rows"):
+        load_config(None, ["loop.envs_per_iteration=5"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[loop\niterations = 2\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+def run_dir_state(run_dir: Path) -> tuple[list[int], list[tuple[int, int]]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    with sqlite3.connect(run_dir / "archive.sqlite") as db:
+        per_iteration = db.execute(
+            "SELECT iteration, COUNT(*) FROM proposals WHERE iteration > 0 GROUP BY iteration"
+            " ORDER BY iteration"
+        ).fetchall()
+    return [json.loads(line)["iteration"] for line in lines], per_iteration
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_losing_or_duplicating(tmp_path):
+    model, tokenizer = tiny_random_model(seed=0)
+    model_dir = tmp_path / "tiny"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    run_dir = tmp_path / "run"
+    args = [
+        f"policy.model='{model_dir}'",
+        "loop.iterations=3",
+        "design.max_new_tokens=32",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens=8",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "spade_rl", "run", "--out", str(run_dir), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        # Kill it in the middle of iteration 2: after iteration 1 is recorded and iteration 2 has
+        # written its proposals into the archive.
+        while time.monotonic() < deadline:
+            if (run_dir / "metrics.jsonl").exists() and (run_dir / "archive.sqlite").exists():
+                with sqlite3.connect(run_dir / "archive.sqlite") as db:
+                    if db.execute("SELECT COUNT(*) FROM proposals WHERE iteration = 2").fetchone()[0]:
+                        break
+            assert child.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    iterations, proposals = run_dir_state(run_dir)
+    assert iterations == [1] and (2, 2) in proposals  # killed mid-iteration 2
+
+    done = subprocess.run(
+        [sys.executable, "-m", "spade_rl", "run", "--resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    iterations, proposals = run_dir_state(run_dir)
+    assert iterations == [1, 2, 3]
+    assert proposals == [(1, 2), (2, 2), (3, 2)]  # each iteration's designs counted once
+    with sqlite3.connect(run_dir / "archive.sqlite") as db:
+        hashes = [r[0] for r in db.execute("SELECT source_hash FROM environments")]
+        assert len(hashes) == len(set(hashes))
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
