@@ -83,3 +83,28 @@ def test_config_errors():
         DesignerRewardConfig(mode="max")
     with pytest.raises(ValueError, match="plateau"):
         DesignerRewardConfig(band_low=0.7, band_high=0.6)
+
+
+def test_validation_progress_and_bonus():
+    from spade_rl.rewards import validation_progress
+
+    assert validation_progress("truncated") == 0.0
+    assert validation_progress("syntax_error") == 0.1
+    assert validation_progress("no_env_class") == 0.2
+    assert validation_progress("reset_bad_type", ["static", "instantiates"]) == pytest.approx(0.4)
+    assert validation_progress(
+        "nondeterministic",
+        [
+            "static",
+            "instantiates",
+            "reset_types",
+            "solution_types",
+            "solution_wins",
+            "malformed_actions",
+            "terminates",
+        ],
+    ) == pytest.approx(0.9)
+    shaped = DesignerRewardConfig(progress_bonus=0.1)
+    assert invalid_design_reward("syntax_error", shaped) == pytest.approx(0.01)
+    assert invalid_design_reward("timeout", shaped, ["static", "instantiates"]) == pytest.approx(-0.46)
+    assert invalid_design_reward("syntax_error", DesignerRewardConfig()) == 0.0  # the paper's setting

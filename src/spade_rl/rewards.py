@@ -60,14 +60,18 @@ class DesignerRewardConfig:
     band_ramp: float = 0.25
     invalid_penalty: float = 0.0
     timeout_penalty: float = -0.5
+    # Our extension, off in the paper's setting: an invalid design also earns
+    # progress_bonus * validation_progress(...), so that a small model whose designs all fail still
+    # learns to fail later (code block < parses < instantiates < ... < deterministic).
+    progress_bonus: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in DESIGNER_MODES:
             raise ValueError(f"designer reward mode {self.mode!r} is not one of {list(DESIGNER_MODES)}")
         if self.regret_scale <= 0:
             raise ValueError(f"regret_scale must be positive, got {self.regret_scale}")
-        if self.w_band < 0 or self.w_regret < 0:
-            raise ValueError("w_band and w_regret must not be negative")
+        if self.w_band < 0 or self.w_regret < 0 or self.progress_bonus < 0:
+            raise ValueError("w_band, w_regret and progress_bonus must not be negative")
         plateau(0.5, self.band_low, self.band_high, self.band_ramp)  # validates the band
 
 
@@ -82,9 +86,38 @@ def designer_reward(win_rate: float, regret_value: float, config: DesignerReward
     return config.w_band * band + config.w_regret * scaled_regret
 
 
-def invalid_design_reward(reason: str, config: DesignerRewardConfig) -> float:
-    """The fixed penalty of a design that failed parsing or validation with ``reason``."""
-    return config.timeout_penalty if reason in ("timeout", "validation_timeout") else config.invalid_penalty
+# How far a design got, by the first failure: stages before the validation battery, then the
+# battery's checks in order (spade_rl.design.validate).
+PARSE_STAGES = {"no_code_block": 0, "truncated": 0, "syntax_error": 1}
+BATTERY_CHECKS = (
+    "static",
+    "instantiates",
+    "reset_types",
+    "solution_types",
+    "solution_wins",
+    "malformed_actions",
+    "terminates",
+    "deterministic",
+)
+
+
+def validation_progress(reason: str, checks_passed: Sequence[str] = ()) -> float:
+    """Progress in [0, 1] of a design that failed with ``reason`` after passing ``checks_passed``:
+    0 without a complete code block, 0.1 for code that does not parse, 0.2 for code that parses,
+    then 0.2 + 0.1 per battery check passed (0.2 + 0.8 = 1.0 would be a valid design)."""
+    if reason in PARSE_STAGES:
+        return PARSE_STAGES[reason] / 10
+    passed = sum(1 for check in checks_passed if check in BATTERY_CHECKS)
+    return min(1.0, 0.2 + passed / 10)
+
+
+def invalid_design_reward(
+    reason: str, config: DesignerRewardConfig, checks_passed: Sequence[str] = ()
+) -> float:
+    """The penalty of a design that failed parsing or validation with ``reason`` (plus the optional
+    progress bonus)."""
+    base = config.timeout_penalty if reason in ("timeout", "validation_timeout") else config.invalid_penalty
+    return base + config.progress_bonus * validation_progress(reason, checks_passed)
 
 
 @dataclass(frozen=True)

@@ -178,3 +178,12 @@ def test_killed_run_resumes_without_losing_or_duplicating(tmp_path):
         hashes = [r[0] for r in db.execute("SELECT source_hash FROM environments")]
         assert len(hashes) == len(set(hashes))
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_shipped_configs_load_and_cpu_default_is_the_default():
+    from spade_rl.loop.config import to_data
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert to_data(load_config(root / "cpu-default.toml")) == to_data(load_config())
+    gpu = load_config(root / "qwen3-gpu.toml")
+    assert (gpu.loop.plays_per_env, gpu.loop.designs_per_iteration, gpu.rollout.max_turns) == (16, 24, 25)

@@ -245,7 +245,8 @@ class SelfPlay:
                     continue  # valid but not played this iteration: no reward to learn from
                 reward = designer_reward(env.stats.win_rate_nohint, env.stats.regret, rewards_config)
             else:
-                reward = invalid_design_reward(outcome.reason, rewards_config)
+                checks = outcome.report.checks if outcome.report is not None else ()
+                reward = invalid_design_reward(outcome.reason, rewards_config, checks)
             rewarded.append((outcome, reward))
         by_group: dict[str, list] = {}
         for outcome, reward in rewarded:
