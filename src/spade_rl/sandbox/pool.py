@@ -649,7 +649,8 @@ def bwrap_command() -> list[str]:
 
     As root, no user namespace is made (inside one, uid 65534 would map back to root outside);
     bwrap keeps only CAP_SETUID/CAP_SETGID, which the worker's own uid drop then clears. As an
-    ordinary user, bwrap makes a user namespace and the worker has nothing to drop."""
+    ordinary user, bwrap makes a user namespace and the worker has nothing to drop. The package and
+    the interpreter are bound again after the private /tmp, in case they live under /tmp."""
     path = shutil.which("bwrap") or "bwrap"
     if os.geteuid() == 0:
         namespaces = [
@@ -663,5 +664,25 @@ def bwrap_command() -> list[str]:
     else:
         namespaces = ["--unshare-all"]
         caps = ["--cap-drop", "ALL"]
-    return [path, "--die-with-parent", *namespaces, *caps, "--ro-bind", "/", "/", "--dev", "/dev",
-            "--proc", "/proc", "--tmpfs", "/tmp", "--"]  # fmt: skip
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    keep = sorted(
+        {package_parent, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    )
+    rebinds = [arg for p in keep if p.startswith("/tmp") for arg in ("--ro-bind", p, p)]
+    return [
+        path,
+        "--die-with-parent",
+        *namespaces,
+        *caps,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        *rebinds,
+        "--",
+    ]
