@@ -88,7 +88,8 @@ def test_config_errors():
 def test_validation_progress_and_bonus():
     from spade_rl.rewards import validation_progress
 
-    assert validation_progress("truncated") == 0.0
+    assert validation_progress("no_code_block") == 0.0
+    assert validation_progress("truncated") == 0.05
     assert validation_progress("syntax_error") == 0.1
     assert validation_progress("no_env_class") == 0.2
     assert validation_progress("reset_bad_type", ["static", "instantiates"]) == pytest.approx(0.4)

@@ -88,7 +88,8 @@ def designer_reward(win_rate: float, regret_value: float, config: DesignerReward
 
 # How far a design got, by the first failure: stages before the validation battery, then the
 # battery's checks in order (spade_rl.design.validate).
-PARSE_STAGES = {"no_code_block": 0, "truncated": 0, "syntax_error": 1}
+# ("truncated": the answer was cut off by the token limit, usually inside its code.)
+PARSE_STAGES = {"no_code_block": 0.0, "truncated": 0.5, "syntax_error": 1.0}
 BATTERY_CHECKS = (
     "static",
     "instantiates",
@@ -103,7 +104,8 @@ BATTERY_CHECKS = (
 
 def validation_progress(reason: str, checks_passed: Sequence[str] = ()) -> float:
     """Progress in [0, 1] of a design that failed with ``reason`` after passing ``checks_passed``:
-    0 without a complete code block, 0.1 for code that does not parse, 0.2 for code that parses,
+    0 without any code, 0.05 for an answer cut off by the token limit, 0.1 for code that does not parse,
+    0.2 for code that parses,
     then 0.2 + 0.1 per battery check passed (0.2 + 0.8 = 1.0 would be a valid design)."""
     if reason in PARSE_STAGES:
         return PARSE_STAGES[reason] / 10
