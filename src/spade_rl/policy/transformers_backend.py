@@ -14,6 +14,23 @@ position ids, and the key/value cache carries the past.
 
 ``policy.model`` is the very module that generates: an optimiser stepping its parameters changes what the
 next ``generate`` samples. Generation switches the model to eval mode and back.
+
+**Prefix cache.** A multi-turn rollout sends each conversation again every turn, grown by the last
+completion and the next observation. After a call, the keys and values of every row's sequence (the prompt
+and the completion but its last token, which was sampled and never fed) are kept, keyed by their token ids
+(:class:`PrefixCache`, ``config.prefix_cache_tokens`` tokens at most, least recently used dropped first).
+The next call looks up the longest cached prefix of each prompt (any common prefix counts, up to all but
+the prompt's last token), lays the rows' cached keys/values out as ``[padding | cached prefix]`` up to a
+common past width, and feeds only the uncached rest, left-padded; the attention mask has zeros on every
+padding position (also the padding between a row's past and its rest) and the position ids continue from
+each row's true length. Results equal those without the cache up to float rounding (the cached keys/values
+were computed in another batch). The cache holds keys/values of the current weights only: each call compares
+a cheap fingerprint of the parameters (their storage, version counters and a strided sample of values; fused
+optimisers do not bump version counters) and drops the cache when it changed. A training loop should still
+call :meth:`TransformersPolicy.clear_prefix_cache` after each update; so should code that changes what the
+model computes without touching its parameters (PEFT's ``disable_adapter()``, another attention
+implementation). Models whose cache is not made of plain ``DynamicLayer``s (sliding windows, linear
+attention) run without a prefix cache (logged once).
 """
 
 from __future__ import annotations
@@ -21,8 +38,9 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spade_rl.policy.base import (
     Generation,
@@ -48,7 +66,9 @@ class TransformersPolicy(Policy):
     """Generates with a ``transformers`` causal language model held in this process.
 
     A model passed in stays where it is (device, dtype); ``config.device`` and ``config.dtype`` apply to
-    :meth:`from_pretrained`. ``config.batch_size`` and ``config.attn_implementation`` apply to both.
+    :meth:`from_pretrained`. ``config.batch_size``, ``config.attn_implementation`` and
+    ``config.prefix_cache_tokens`` apply to both. ``prefix_cache`` is the :class:`PrefixCache` (``None``:
+    off). One call at a time: the policy is not thread-safe.
     """
 
     supports_token_prompts = True
@@ -75,6 +95,14 @@ class TransformersPolicy(Policy):
         # ``past_key_values`` (5.x still accepts it, with a deprecation warning per call).
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
+        self.prefix_cache: PrefixCache | None = None
+        self._weights: tuple[Any, Any] | None = None  # the fingerprint the cached keys/values belong to
+        if self.config.prefix_cache_tokens > 0:
+            unsupported = _why_no_prefix_cache(model)
+            if unsupported:
+                log.info("prefix cache off: %s", unsupported)
+            else:
+                self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens)
 
     @classmethod
     def from_pretrained(
@@ -94,6 +122,16 @@ class TransformersPolicy(Policy):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached key/value: call it after the model's weights change (each training update)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        self._weights = None
+
+    def close(self) -> None:
+        self.clear_prefix_cache()
+        super().close()
+
     def generate_tokens(
         self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
     ) -> list[Generation]:
@@ -111,46 +149,70 @@ class TransformersPolicy(Policy):
             for i, prompt in enumerate(prompts)
             for j in range(settings.n)
         ]
-        # Similar lengths share a forward pass (less padding); results go back to their rows after.
-        order = sorted(range(len(rows)), key=lambda r: len(rows[r][0]), reverse=True)
-        results: list[Generation | None] = [None] * len(rows)
-        started, new_tokens = time.perf_counter(), 0
         was_training = self.model.training
         self.model.eval()
+        prefix = self._prefix_cache_for_call()
+        started, new_tokens = time.perf_counter(), 0
         try:
+            reuse = [prefix.lookup(prompt) if prefix else NO_REUSE for prompt, _ in rows]
+            # Rows that reuse a cached prefix go together (they prefill little), then the others; within each,
+            # similar lengths share a forward pass (less padding). Results go back to their rows after.
+            order = sorted(range(len(rows)), key=lambda r: (reuse[r].length == 0, -len(rows[r][0])))
+            results: list[Generation | None] = [None] * len(rows)
             for start in range(0, len(order), self.config.batch_size):
                 chunk = order[start : start + self.config.batch_size]
-                for r, generation in zip(
-                    chunk, self._generate_batch([rows[r] for r in chunk], settings), strict=True
-                ):
+                generations = self._generate_batch(
+                    [rows[r] for r in chunk], [reuse[r] for r in chunk], settings
+                )
+                for r, generation in zip(chunk, generations, strict=True):
                     results[r] = generation
                     new_tokens += len(generation.completion_token_ids or ())
         finally:
             self.model.train(was_training)
+            if prefix is not None:
+                prefix.unpin_all()
         seconds = time.perf_counter() - started
         log.debug(
-            "generated %d sequences, %d tokens in %.2f s (seed %d)",
+            "generated %d sequences, %d tokens in %.2f s (seed %d); %d prompt tokens from the prefix cache",
             len(rows),
             new_tokens,
             seconds,
             settings.seed,
+            sum(r.length for r in reuse),
         )
         return [g for g in results if g is not None]
 
+    def _prefix_cache_for_call(self) -> PrefixCache | None:
+        """The prefix cache, emptied first if the weights changed since it was filled; ``None`` when off."""
+        if self.prefix_cache is None:
+            return None
+        weights = _weights_fingerprint(self.model)
+        if self._weights is not None and not _same_fingerprint(weights, self._weights):
+            log.debug("the model's weights changed: prefix cache cleared")
+            self.prefix_cache.clear()
+        self._weights = weights
+        return self.prefix_cache
+
     def _generate_batch(
-        self, rows: list[tuple[list[int], int]], settings: SamplingSettings
+        self, rows: list[tuple[list[int], int]], reuse: list[Reuse], settings: SamplingSettings
     ) -> list[Generation]:
         import torch
 
         device = self.device
-        width = max(len(prompt) for prompt, _ in rows)
+        # Row b, `past + width` wide: [pad | its cached prefix | pad | the rest of its prompt]; the mask is 0
+        # on both paddings and the positions of the rest continue from the cached length.
+        cached = [r.length for r in reuse]
+        fresh = [len(prompt) - c for (prompt, _), c in zip(rows, cached, strict=True)]
+        past, width = max(cached), max(fresh)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, (prompt, _) in enumerate(rows):
-            input_ids[b, width - len(prompt) :] = torch.tensor(prompt)
-            attention[b, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        attention = torch.zeros((len(rows), past + width), dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, ((prompt, _), c, n) in enumerate(zip(rows, cached, fresh, strict=True)):
+            input_ids[b, width - n :] = torch.tensor(prompt[c:])
+            attention[b, past - c : past] = 1
+            attention[b, past + width - n :] = 1
+            positions[b, width - n :] = torch.arange(c, c + n)
+        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
         generators = None
         if not settings.greedy:
             generators = [torch.Generator(device=device).manual_seed(seed) for _, seed in rows]
@@ -159,8 +221,8 @@ class TransformersPolicy(Policy):
         tokens: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str | None] = [None] * len(rows)
-        cache = _new_cache(self.model)
         with torch.inference_mode():
+            cache = _cache_with_past(self.model, reuse, past) if past else _new_cache(self.model)
             for step in range(settings.max_new_tokens):
                 out = self.model(
                     input_ids=input_ids,
@@ -189,10 +251,52 @@ class TransformersPolicy(Policy):
                 input_ids = torch.tensor(next_ids, device=device).unsqueeze(1)
                 attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
                 positions = positions[:, -1:] + 1
+            if self.prefix_cache is not None:
+                self._remember(rows, reuse, tokens, cache, past + width, attention.shape[1])
         return [
             self._finish(prompt, tokens[b], logprobs[b], finish[b] or "length", settings)
             for b, (prompt, _) in enumerate(rows)
         ]
+
+    def _remember(
+        self,
+        rows: list[tuple[list[int], int]],
+        reuse: list[Reuse],
+        tokens: list[list[int]],
+        cache: Any,
+        prompt_width: int,
+        seen: int,
+    ) -> None:
+        """Keep each row's keys/values (prompt + completion but the last token) in the prefix cache.
+
+        In the batch cache row b holds its cached prefix at ``[past - c, past)``, then the rest of its prompt
+        and its fed completion tokens from ``prompt_width - n`` on; the copies leave all padding out.
+        """
+        prefix = self.prefix_cache
+        if prefix is None:
+            return
+        problem = _check_batch_cache(cache, len(rows), seen)
+        if problem:
+            log.warning("prefix cache off: %s", problem)
+            self.prefix_cache = None
+            return
+        layers = cache.layers
+        past = max(r.length for r in reuse)
+        first = layers[0].keys
+        for b, ((prompt, _), used) in enumerate(zip(rows, reuse, strict=True)):
+            prefix.release(used.entry)
+            known = tuple(prompt) + tuple(tokens[b][:-1])  # the last token was sampled, never fed
+            if len(known) > prefix.max_tokens:
+                continue
+            c, rest = used.length, len(known) - used.length
+            start = prompt_width - (len(prompt) - c)
+            kv = first.new_empty((len(layers), 2, first.shape[1], len(known), first.shape[3]))
+            for i, layer in enumerate(layers):
+                for j, states in enumerate((layer.keys, layer.values)):
+                    kv[i, j, :, :c] = states[b, :, past - c : past]
+                    kv[i, j, :, c:] = states[b, :, start : start + rest]
+            full = used.entry is not None and c == len(used.entry.tokens)
+            prefix.add(known, kv, replaces=used.entry if full else None)
 
     def _finish(
         self,
@@ -261,6 +365,188 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     drop_sorted = mass_before >= p
     drop = drop_sorted.scatter(-1, index, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
+
+
+class _Entry:
+    """The keys/values of one token sequence: ``kv`` [layers, 2 (keys, values), heads, len(tokens), dim]."""
+
+    __slots__ = ("kv", "pins", "tokens")
+
+    def __init__(self, tokens: tuple[int, ...], kv: torch.Tensor) -> None:
+        self.tokens = tokens
+        self.kv = kv
+        self.pins = 0  # rows of the current call that will read this entry: it is not evicted meanwhile
+
+
+class Reuse(NamedTuple):
+    """What a row takes from the prefix cache: the first ``length`` positions of ``entry`` (0: nothing)."""
+
+    entry: _Entry | None
+    length: int
+
+
+NO_REUSE = Reuse(None, 0)
+
+
+class PrefixCache:
+    """Keys/values of past sequences, keyed by their token ids, at most ``max_tokens`` tokens in all.
+
+    ``lookup(prompt)`` finds the entry sharing the longest prefix with ``prompt`` (at most all but its last
+    token, whose logits the model must still compute) and pins it until :meth:`release` or
+    :meth:`unpin_all`; ``add`` stores an entry, dropping the one it extends and then the least recently used
+    unpinned entries until it fits (it is not stored if it cannot fit). Entries are stored on the model's
+    device, without padding. ``stats`` counts rows looked up, rows that reused a prefix and tokens reused.
+    A lookup compares the prompt with every entry (C-speed tuple slices, a binary search on a partial match):
+    cheap for the hundreds of entries a budget of tokens allows.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"prefix cache max_tokens must be a positive integer, got {max_tokens!r}")
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()  # least recently used first
+        self.stats = {"rows": 0, "hits": 0, "reused_tokens": 0}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.tokens = 0
+
+    def lookup(self, prompt: Sequence[int]) -> Reuse:
+        key = tuple(prompt)
+        best: _Entry | None = None
+        best_length = 0
+        for entry in reversed(self._entries.values()):  # most recent first: a continuation is usually there
+            length = _common_prefix_length(key, entry.tokens, len(key) - 1, best_length)
+            if length > best_length:
+                best, best_length = entry, length
+        self.stats["rows"] += 1
+        if best is None:
+            return NO_REUSE
+        self._entries.move_to_end(best.tokens)
+        best.pins += 1
+        self.stats["hits"] += 1
+        self.stats["reused_tokens"] += best_length
+        return Reuse(best, best_length)
+
+    def release(self, entry: _Entry | None) -> None:
+        if entry is not None and entry.pins > 0:
+            entry.pins -= 1
+
+    def unpin_all(self) -> None:
+        for entry in self._entries.values():
+            entry.pins = 0
+
+    def add(self, tokens: tuple[int, ...], kv: torch.Tensor, replaces: _Entry | None = None) -> bool:
+        """Store ``kv`` for ``tokens``; ``replaces`` (an entry ``tokens`` extend) is dropped unless pinned."""
+        if replaces is not None and replaces.pins == 0 and self._entries.get(replaces.tokens) is replaces:
+            self._drop(replaces.tokens)
+        if tokens in self._entries:
+            self._entries.move_to_end(tokens)
+            return True
+        pinned = sum(len(e.tokens) for e in self._entries.values() if e.pins > 0)
+        if pinned + len(tokens) > self.max_tokens:
+            return False  # it could not fit without dropping an entry a row of this call still reads
+        for key in [k for k, e in self._entries.items() if e.pins == 0]:
+            if self.tokens + len(tokens) <= self.max_tokens:
+                break
+            self._drop(key)
+        self._entries[tokens] = _Entry(tokens, kv)
+        self.tokens += len(tokens)
+        return True
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        self.tokens -= len(self._entries.pop(key).tokens)
+
+
+def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...], limit: int, floor: int) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``, at most ``limit``; 0 when it is not longer
+    than ``floor`` (the caller has one that long already)."""
+    high = min(len(a), len(b), limit)
+    if high <= floor or a[: floor + 1] != b[: floor + 1]:
+        return 0
+    if a[:high] == b[:high]:
+        return high
+    low = floor + 1  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _why_no_prefix_cache(model: PreTrainedModel) -> str:
+    """Why the model's key/value cache cannot be rebuilt from stored tensors, or "" when it can."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return "this transformers version has no DynamicLayer"
+    cache = _new_cache(model)
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return f"{type(cache).__name__} has no layers"
+    if not layers:
+        replicated = getattr(cache, "layer_class_to_replicate", None)
+        return "" if replicated is DynamicLayer else f"cache layers of type {replicated!r}"
+    kinds = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    return f"the model's cache has {', '.join(kinds)} layers (only DynamicLayer works)" if kinds else ""
+
+
+def _check_batch_cache(cache: Any, rows: int, seen: int) -> str:
+    """What is wrong with a filled batch cache for the prefix cache ("" when every layer holds [rows, heads,
+    seen, dim] tensors of one shape and dtype)."""
+    layers = getattr(cache, "layers", None)
+    first = getattr(layers[0], "keys", None) if layers else None
+    if first is None or first.dim() != 4:
+        return "the model's cache does not hold [batch, heads, positions, head_dim] keys per layer"
+    shape = (rows, first.shape[1], seen, first.shape[3])
+    for layer in layers:
+        for states in (layer.keys, layer.values):
+            if states is None or states.dim() != 4 or tuple(states.shape) != shape:
+                found = None if states is None else tuple(states.shape)
+                return f"a cache layer holds {found}, not {shape} (batch, heads, positions, head_dim)"
+            if states.dtype != first.dtype:
+                return "cache layers of different dtypes"
+    return ""
+
+
+def _cache_with_past(model: PreTrainedModel, reuse: list[Reuse], past: int) -> Any:
+    """A dynamic cache holding, per layer, row b's reused keys/values right-aligned in ``past`` positions."""
+    cache = _new_cache(model)
+    sample = next(r.entry.kv for r in reuse if r.entry is not None)
+    layers, _, heads, _, dim = sample.shape
+    for i in range(layers):  # one layer at a time: the padded copy is transient
+        kv = sample.new_zeros((2, len(reuse), heads, past, dim))
+        for b, r in enumerate(reuse):
+            if r.entry is not None and r.length:
+                kv[:, b, :, past - r.length :] = r.entry.kv[i, :, :, : r.length]
+        cache.update(kv[0], kv[1], i)
+    return cache
+
+
+def _weights_fingerprint(model: PreTrainedModel) -> tuple[Any, Any]:
+    """A cheap identity of the weights: each parameter's storage and version counter, and a strided sample of
+    its values (fused optimisers update in place without bumping version counters). About 4 ms for 135M
+    parameters on a CPU."""
+    import torch
+
+    params = [p for p in model.parameters() if p.device.type != "meta"]
+    identity = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+    with torch.no_grad():
+        values = [p.detach().reshape(-1)[:: max(1, p.numel() // 16)].float() for p in params]
+        sample = torch.cat(values) if values else torch.zeros(0)
+    return identity, sample
+
+
+def _same_fingerprint(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
+    import torch
+
+    return a[0] == b[0] and a[1].shape == b[1].shape and bool(torch.equal(a[1], b[1]))
 
 
 def _new_cache(model: PreTrainedModel) -> Any:
