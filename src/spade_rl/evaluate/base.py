@@ -307,7 +307,7 @@ def extract_answer(text: str) -> str | None:
     if not isinstance(text, str) or not text:
         return None
     candidates: list[tuple[int, str, bool]] = []  # (end position, content, is an answer tag)
-    closing = _matching_braces(text)
+    closing = matching_braces(text)
     for match in _BOXED.finditer(text):
         opening = match.end() - 1
         end = closing.get(opening)
@@ -330,7 +330,7 @@ def extract_answer(text: str) -> str | None:
     return content or None
 
 
-def _matching_braces(text: str) -> dict[int, int]:
+def matching_braces(text: str) -> dict[int, int]:
     """Index of each ``{`` -> index of the ``}`` that closes it (unclosed ones are absent)."""
     pairs: dict[int, int] = {}
     stack: list[int] = []

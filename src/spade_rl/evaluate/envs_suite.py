@@ -1,0 +1,269 @@
+"""Held-out environments: multi-turn episodes in the sandbox, scored by winning.
+
+    spade-rl eval --suite envs --limit 8                                  # the reference environments
+    spade-rl eval --suite envs --option envs.source=runs/r1               # a run's archive (valid envs)
+    spade-rl eval --suite envs --option envs.source=pool.jsonl --option envs.envs=3,7
+
+    result = EnvsSuite(source="reference").run(policy, ctx)   # ctx.limit episodes per environment
+
+An item is one episode: environment ``e`` played from seed ``ctx.seed + i`` (id ``e/seed=S``),
+without the hint, through :func:`spade_rl.rollout.run_episodes` and the evaluation's sandbox pool.
+It is correct when the episode is won (terminated with reward 1); its score is the episode's return.
+An environment that fails to load, raises, hangs past ``call_timeout_s`` or breaks the contract ends
+its episodes as failures (``stop_reason`` "env_error", with the error), never the suite.
+
+Turn budgets: each environment keeps the budget its constructor gives it by default (the reference
+schedule game allows 3 attempts, the maze 30 moves); ``turn_budget`` > 0 passes ``max_turns`` to every
+environment whose constructor takes it, as the self-play loop does. ``max_turns`` caps every episode
+(the rollout's limit). Sources: ``reference`` (the built-in environments), a run directory or
+``archive.sqlite`` (its valid environments), or a JSONL pool written by ``spade-rl envs export``.
+Metrics: win rate, mean return, mean turns, environment failures, and the win rate of each environment.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from spade_rl import __version__
+from spade_rl.design.validate import takes_max_turns
+from spade_rl.envs import reference
+from spade_rl.envs.loader import find_env_classes
+from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip
+from spade_rl.policy import Policy
+from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeldOutEnv:
+    """One environment to evaluate: a label (its category in results), its source and setting."""
+
+    label: str
+    source: str
+    setting: str = "games"
+
+
+class EnvsSuite(Suite):
+    name: ClassVar[str] = "envs"
+    OPTIONS: ClassVar[dict[str, Any]] = {
+        "source": "reference",  # reference, a run directory, an archive.sqlite file, or a JSONL pool
+        "envs": (),  # reference names or archive/JSONL env ids to keep (empty: all)
+        "episodes": 10,  # episodes per environment when the evaluation has no limit
+        "max_envs": 50,  # archives and pools: at most this many environments (a seeded sample)
+        "max_turns": 30,  # the cap on the turns of an episode
+        "turn_budget": 0,  # > 0: passed as max_turns to environments that take it; 0: their default
+        "max_new_tokens": 256,  # per turn
+        "max_context_tokens": 4096,  # the whole conversation
+        "call_timeout_s": 5.0,  # deadline of one reset or step
+        "batch_episodes": 64,  # episodes played at once
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        o = self.options
+        for key in ("episodes", "max_envs", "max_turns", "max_new_tokens", "max_context_tokens"):
+            if o[key] < 1:
+                raise ValueError(f"option envs.{key} must be at least 1, got {o[key]}")
+        if o["turn_budget"] < 0 or o["call_timeout_s"] <= 0 or o["batch_episodes"] < 1:
+            raise ValueError(
+                "option envs.turn_budget must be >= 0, call_timeout_s > 0 and batch_episodes >= 1"
+            )
+        if o["max_new_tokens"] >= o["max_context_tokens"]:
+            raise ValueError("option envs.max_new_tokens must be smaller than envs.max_context_tokens")
+        self._envs: list[HeldOutEnv] | None = None
+
+    def all_environments(self) -> list[HeldOutEnv]:
+        """Every environment of the source that the options select (loaded once)."""
+        if self._envs is None:
+            self._envs = load_environments(self.options["source"], self.options["envs"])
+        return self._envs
+
+    def environments(self, seed: int = 0) -> list[HeldOutEnv]:
+        """The environments to play: all, or a seeded sample of ``max_envs`` from a larger pool."""
+        envs = self.all_environments()
+        if self.options["source"] != "reference" and len(envs) > self.options["max_envs"]:
+            chosen = sorted(random.Random(seed).sample(range(len(envs)), self.options["max_envs"]))
+            envs = [envs[i] for i in chosen]
+        return envs
+
+    def version(self) -> str:
+        digest = hashlib.sha256()
+        for env in self.all_environments():
+            digest.update(f"{env.label}\0{env.source}\0".encode("utf-8", "surrogatepass"))
+        return f"spade-rl {__version__} envs {self.options['source']} {digest.hexdigest()[:12]}"
+
+    def run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
+        started = time.perf_counter()
+        o = self.options
+        envs = self.environments(ctx.seed)
+        episodes_each = ctx.limit or o["episodes"]
+        specs = [
+            EpisodeSpec(
+                env.source,
+                seed=ctx.seed + i,
+                setting=env.setting,
+                env_kwargs=self._env_kwargs(env),
+                tag=(env.label, ctx.seed + i),
+            )
+            for env in envs
+            for i in range(episodes_each)
+        ]
+        config = RolloutConfig(
+            max_turns=o["max_turns"],
+            max_new_tokens=o["max_new_tokens"],
+            max_context_tokens=o["max_context_tokens"],
+            temperature=ctx.sampling.temperature,
+            top_p=ctx.sampling.top_p,
+            call_timeout_s=o["call_timeout_s"],
+        )
+        episodes: list[Episode] = []
+        for start in range(0, len(specs), o["batch_episodes"]):
+            batch = specs[start : start + o["batch_episodes"]]
+            episodes += run_episodes(policy, ctx.pool, batch, config, seed=ctx.seed + start)
+        items = [_item(episode) for episode in episodes]
+        return SuiteResult(
+            self.name,
+            self.version(),
+            items,
+            metrics=_metrics(items),
+            config={
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in o.items()},
+                "seed": ctx.seed,
+                "limit": ctx.limit,
+                "episodes_per_env": episodes_each,
+                "environments": [env.label for env in envs],
+                "temperature": ctx.sampling.temperature,
+            },
+            seconds=time.perf_counter() - started,
+        )
+
+    def _env_kwargs(self, env: HeldOutEnv) -> dict:
+        budget = self.options["turn_budget"]
+        if budget <= 0:
+            return {}
+        try:
+            classes = find_env_classes(env.source)
+            takes = len(classes) == 1 and takes_max_turns(ast.parse(env.source), classes[0])
+        except (SyntaxError, ValueError):  # it fails to load in the sandbox and is scored as a failure
+            takes = False
+        return {"max_turns": budget} if takes else {}
+
+
+def load_environments(source: str, wanted: tuple[str, ...] = ()) -> list[HeldOutEnv]:
+    """The environments of ``source``: "reference", a run directory or archive file (valid environments),
+    or a JSONL pool (valid lines). ``wanted`` keeps only those names (reference) or ids (archive, pool).
+    Raises ``ValueError`` saying what is wrong with ``source`` or ``wanted``."""
+    if source == "reference":
+        unknown = [name for name in wanted if name not in reference.NAMES]
+        if unknown:
+            raise ValueError(
+                f"option envs.envs: unknown reference environment(s) {unknown}; allowed: "
+                f"{', '.join(reference.NAMES)}"
+            )
+        names = [n for n in reference.NAMES if not wanted or n in wanted]
+        return [HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in names]
+    path = Path(source)
+    if not path.exists():
+        raise ValueError(
+            f"option envs.source: {source!r} is neither 'reference' nor an existing run directory, "
+            "archive.sqlite file or JSONL pool"
+        )
+    ids = _ids(wanted)
+    if path.suffix == ".jsonl":
+        envs = _from_jsonl(path, ids)
+    else:
+        envs = _from_archive(path / "archive.sqlite" if path.is_dir() else path, ids)
+    if not envs:
+        raise ValueError(
+            f"option envs.source: {source} holds no valid environment" + (f" with ids {ids}" if ids else "")
+        )
+    return envs
+
+
+def _ids(wanted: tuple[str, ...]) -> list[int]:
+    if not all(w.isdigit() for w in wanted):
+        raise ValueError(
+            f"option envs.envs: give environment ids (numbers) for an archive or pool, got {wanted}"
+        )
+    return [int(w) for w in wanted]
+
+
+def _from_archive(path: Path, ids: list[int]) -> list[HeldOutEnv]:
+    from spade_rl.archive import Archive, ArchiveError
+
+    try:
+        with Archive(path, readonly=True) as archive:
+            valid = archive.ids(valid=True)
+            missing = [i for i in ids if i not in valid]
+            if missing:
+                raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")
+            records = [archive.get(i) for i in valid if not ids or i in ids]
+    except (ArchiveError, FileNotFoundError) as exc:
+        raise ValueError(f"option envs.source: {exc}") from None
+    return [HeldOutEnv(f"env{r.env_id}", r.source, r.setting) for r in records]
+
+
+def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
+    from spade_rl.archive.jsonl import decode_env
+
+    envs = []
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ValueError(f"option envs.source: cannot read {path}: {exc}") from None
+    for number, raw in enumerate(lines, 1):
+        try:
+            text = raw.decode("utf-8")
+            if not text.strip():
+                continue
+            record = decode_env(text).record
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+            raise ValueError(f"option envs.source: {path}:{number}: {exc}") from None
+        if record.valid and (not ids or record.env_id in ids):
+            envs.append(HeldOutEnv(f"env{record.env_id}", record.source, record.setting))
+    missing = sorted(set(ids) - {int(e.label[3:]) for e in envs})
+    if missing:
+        raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")
+    return envs
+
+
+def _item(episode: Episode) -> ItemResult:
+    label, seed = episode.spec.tag
+    actions = "\n".join(f"[turn {n}] {turn.action}" for n, turn in enumerate(episode.turns, 1))
+    detail = {
+        "category": label,
+        "env": label,
+        "seed": seed,
+        "turns": len(episode.turns),
+        "stop_reason": episode.stop_reason,
+        "return": episode.return_,
+    }
+    if episode.error:
+        detail["error"] = episode.error[:1000]
+    return ItemResult(f"{label}/seed={seed}", episode.won, float(episode.return_), clip(actions), detail)
+
+
+def _metrics(items: list[ItemResult]) -> dict[str, float]:
+    if not items:
+        return {}
+    n = len(items)
+    metrics = {
+        "win_rate": sum(i.correct for i in items) / n,
+        "mean_return": sum(i.score for i in items) / n,
+        "mean_turns": sum(i.detail["turns"] for i in items) / n,
+        "env_errors": float(sum(i.detail["stop_reason"] == "env_error" for i in items)),
+    }
+    by_env: dict[str, list[ItemResult]] = {}
+    for item in items:
+        by_env.setdefault(item.detail["env"], []).append(item)
+    for env, group in by_env.items():
+        metrics[f"win_rate/{env}"] = sum(i.correct for i in group) / len(group)
+    return metrics

@@ -1,0 +1,335 @@
+"""Reasoning Gym: a fixed, seeded selection of procedurally generated tasks, scored by each task's own scorer.
+
+    spade-rl eval --suite reasoning_gym --limit 20
+    spade-rl eval --suite reasoning_gym --option reasoning_gym.logic=aiw,zebra_puzzles \
+        --option reasoning_gym.math=        # an empty family is left out
+
+    suite = ReasoningGymSuite(math=("basic_arithmetic", "gcd"), algorithmic=(), cognition=(), logic=())
+    result = suite.run(policy, ctx)     # ctx.limit items per task (items_per_task without a limit)
+
+Four families, as in the paper's evaluation (math, algorithmic, cognition, logic); each option names
+the Reasoning Gym tasks of one family (comma-separated on the command line; empty leaves the family
+out). Task ``t`` draws its items from ``create_dataset(t, seed=S, size=N)`` with ``S`` derived from
+the evaluation seed and the task's name, so item ``i`` (id ``t/i``) is the same in every run with that
+seed, whatever the limit. The prompt asks for the final answer in ``\\boxed{}`` (or ``<answer>`` tags,
+``answer_format="answer"``); :func:`~spade_rl.evaluate.base.extract_answer` takes it out, and a
+whole-answer ``\\text{...}`` is unwrapped. Only a score of 1.0 from the task's ``score_answer`` counts
+as correct; ``score`` keeps its partial credit.
+
+Scoring runs in the sandbox, never here: several scorers hand the model's text to ``eval`` or to
+sympy's ``parse_expr`` (countdown, puzzle24, polynomial_multiplication, the integration tasks,
+n_queens, spiral_matrix, string_insertion, binary_matrix, number_sorting), and even numeric parsers
+can be made to hang (``Fraction("1e999999999")`` in coin_flip). A sandbox worker that has preloaded
+``reasoning_gym`` regenerates the item from (task, seed, size, index), checks that its question is the
+one the model saw, and scores the extracted answer under a deadline; a scorer that times out or
+crashes scores the item 0 and records why.
+
+The default tasks are procedural (no data download), have a single reference answer (so the
+ground-truth test can check them) and short prompts (the default model has a 2k context).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+import zlib
+from dataclasses import replace
+from importlib import metadata
+from typing import Any, ClassVar
+
+import reasoning_gym
+from reasoning_gym.factory import DATASETS
+
+from spade_rl.evaluate.base import (
+    EvalContext,
+    ItemResult,
+    Suite,
+    SuiteResult,
+    clip,
+    extract_answer,
+    generate_texts,
+    matching_braces,
+)
+from spade_rl.policy import Policy
+from spade_rl.sandbox import EnvHandle, SandboxConfig, SandboxPool
+
+log = logging.getLogger(__name__)
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "math": ("basic_arithmetic", "chain_sum", "leg_counting"),
+    "algorithmic": ("letter_counting", "spell_backward", "word_sorting"),
+    "cognition": ("number_sequence", "color_cube_rotation", "needle_haystack"),
+    "logic": ("aiw", "syllogism", "knights_knaves"),
+}
+ANSWER_FORMATS = ("boxed", "answer")
+SYSTEM_PROMPTS = {
+    "boxed": (
+        "Solve the problem. Reason step by step if it helps, then give your final answer inside "
+        "\\boxed{}, for example \\boxed{42}, written exactly in the format the problem asks for."
+    ),
+    "answer": (
+        "Solve the problem. Reason step by step if it helps, then give your final answer between "
+        "<answer> and </answer>, for example <answer>42</answer>, written exactly in the format the "
+        "problem asks for."
+    ),
+}
+
+# The scorer that runs in a sandbox worker (which preloads reasoning_gym before it hardens itself).
+# One request per step: the item is regenerated from its seed, checked against the question the model
+# saw, and the answer scored. Every failure is answered, never raised (a raise would retire the worker).
+SCORER_SOURCE = """
+import hashlib
+import json
+import math
+
+import reasoning_gym
+
+
+class ReasoningGymScorerEnv:
+    def __init__(self, max_turns: int = 1):
+        self._datasets = {}
+
+    def reset(self, seed=None):
+        return "reasoning-gym scorer", {}
+
+    def step(self, action):
+        try:
+            request = json.loads(action)
+            key = (request["task"], request["seed"], request["size"])
+            if key not in self._datasets:
+                self._datasets[key] = reasoning_gym.create_dataset(
+                    request["task"], seed=request["seed"], size=request["size"]
+                )
+            dataset = self._datasets[key]
+            entry = dataset[request["index"]]
+            digest = hashlib.sha256(entry["question"].encode("utf-8", "surrogatepass")).hexdigest()
+            if digest != request["question_sha256"]:
+                return "", 0.0, True, False, {"error": "the regenerated item differs from the one asked"}
+            score = float(dataset.score_answer(request["answer"], entry))
+            if not math.isfinite(score):
+                return "", 0.0, True, False, {"error": f"the scorer returned {score}"}
+            return "", 0.0, True, False, {"score": score}
+        except Exception as exc:  # noqa: BLE001 - a scorer failure is the result of its item
+            return "", 0.0, True, False, {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+"""
+
+
+def version() -> str:
+    return f"reasoning-gym {metadata.version('reasoning-gym')}"
+
+
+class ReasoningGymSuite(Suite):
+    name: ClassVar[str] = "reasoning_gym"
+    OPTIONS: ClassVar[dict[str, Any]] = {
+        **FAMILIES,
+        "items_per_task": 50,  # items per task when the evaluation has no limit
+        "answer_format": "boxed",  # boxed: \boxed{...}; answer: <answer>...</answer>
+        "score_timeout_s": 5.0,  # deadline of one scoring call in the sandbox
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        seen: dict[str, str] = {}
+        for family in FAMILIES:
+            for task in self.options[family]:
+                if task not in DATASETS:
+                    raise ValueError(
+                        f"option reasoning_gym.{family}: unknown Reasoning Gym task {task!r}; "
+                        f"known tasks: {', '.join(sorted(DATASETS))}"
+                    )
+                if task in seen:
+                    raise ValueError(f"task {task!r} is listed in both {seen[task]} and {family}")
+                seen[task] = family
+        if not seen:
+            raise ValueError("option reasoning_gym: every family is empty; name at least one task")
+        if self.options["answer_format"] not in ANSWER_FORMATS:
+            raise ValueError(
+                f"option reasoning_gym.answer_format {self.options['answer_format']!r} is not allowed; "
+                f"allowed: {', '.join(ANSWER_FORMATS)}"
+            )
+        if self.options["items_per_task"] < 1 or self.options["score_timeout_s"] <= 0:
+            raise ValueError("options reasoning_gym.items_per_task and score_timeout_s must be positive")
+
+    def version(self) -> str:
+        return version()
+
+    def tasks(self) -> list[tuple[str, str]]:
+        """(family, task) pairs in a fixed order."""
+        return [(family, task) for family in FAMILIES for task in self.options[family]]
+
+    def items(self, ctx: EvalContext) -> list[dict]:
+        """The evaluation's items: family, task, seed, size, index and the dataset entry of each."""
+        size = ctx.limit or self.options["items_per_task"]
+        out = []
+        for family, task in self.tasks():
+            seed = task_seed(ctx.seed, task)
+            try:
+                dataset = reasoning_gym.create_dataset(task, seed=seed, size=size)
+                entries = [dataset[i] for i in range(size)]
+            except Exception as exc:
+                raise ValueError(f"Reasoning Gym task {task!r} could not generate items: {exc}") from exc
+            for index, entry in enumerate(entries):
+                out.append(
+                    {
+                        "family": family,
+                        "task": task,
+                        "seed": seed,
+                        "size": size,
+                        "index": index,
+                        "entry": entry,
+                    }
+                )
+        return out
+
+    def run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
+        started = time.perf_counter()
+        items = self.items(ctx)
+        system = SYSTEM_PROMPTS[self.options["answer_format"]]
+        chats = [
+            [{"role": "system", "content": system}, {"role": "user", "content": item["entry"]["question"]}]
+            for item in items
+        ]
+        texts = generate_texts(policy, chats, ctx)
+        answers = [normalise(extract_answer(text)) for text, _ in texts]
+        scores = self._score(items, answers, ctx)
+        results = []
+        for item, (text, finish), answer, (score, error) in zip(items, texts, answers, scores, strict=True):
+            detail = {
+                "category": item["family"],
+                "task": item["task"],
+                "expected": item["entry"]["answer"],
+                "extracted": answer,
+                "finish_reason": finish,
+            }
+            if answer is None:
+                detail["reason"] = "no_answer"
+            if error:
+                detail["reason"] = "scorer_error"
+                detail["error"] = error
+            results.append(
+                ItemResult(f"{item['task']}/{item['index']}", score == 1.0, score, clip(text), detail)
+            )
+        return SuiteResult(
+            self.name,
+            self.version(),
+            results,
+            metrics=_metrics(results),
+            config={
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()},
+                "seed": ctx.seed,
+                "limit": ctx.limit,
+                "items_per_task": ctx.limit or self.options["items_per_task"],
+            },
+            seconds=time.perf_counter() - started,
+        )
+
+    def _score(
+        self, items: list[dict], answers: list[str | None], ctx: EvalContext
+    ) -> list[tuple[float, str]]:
+        """(score, error) per item; the scorers run in a sandbox pool of their own (it preloads
+        reasoning_gym), configured like the evaluation's pool."""
+        out: list[tuple[float, str]] = [(0.0, "")] * len(items)
+        todo = [i for i, answer in enumerate(answers) if answer is not None]
+        if not todo:
+            return out
+        with SandboxPool(scorer_config(ctx.pool.config)) as pool:
+            scorer = _Scorer(pool, self.options["score_timeout_s"])
+            try:
+                for i in todo:
+                    out[i] = scorer.score(items[i], answers[i])
+            finally:
+                scorer.close()
+        return out
+
+
+def task_seed(seed: int, task: str) -> int:
+    """The dataset seed of ``task`` in an evaluation seeded with ``seed``."""
+    return (seed * 1_000_003 + zlib.crc32(task.encode())) % 2**31
+
+
+def scorer_config(base: SandboxConfig) -> SandboxConfig:
+    """``base`` with reasoning_gym preloaded, one warm worker, and room for its imports."""
+    preload = base.preload if "reasoning_gym" in base.preload else (*base.preload, "reasoning_gym")
+    return replace(base, preload=preload, pool_size=1, start_timeout_s=max(base.start_timeout_s, 60.0))
+
+
+class _Scorer:
+    """One scorer instance in the pool, reopened when a scoring call kills its worker."""
+
+    def __init__(self, pool: SandboxPool, timeout_s: float):
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.handle: EnvHandle | None = None
+
+    def _open(self) -> tuple[EnvHandle | None, str]:
+        if self.handle is not None and self.handle.alive:
+            return self.handle, ""
+        opened = self.pool.open(SCORER_SOURCE, timeout_s=max(self.timeout_s, 30.0))
+        if not opened.ok:
+            return None, f"the sandboxed scorer did not load: {opened.reason}: {opened.error[:300]}"
+        self.handle = opened.value
+        return self.handle, ""
+
+    def score(self, item: dict, answer: str) -> tuple[float, str]:
+        handle, error = self._open()
+        if handle is None:
+            return 0.0, error
+        question = item["entry"]["question"]
+        request = {
+            "task": item["task"],
+            "seed": item["seed"],
+            "size": item["size"],
+            "index": item["index"],
+            "question_sha256": hashlib.sha256(question.encode("utf-8", "surrogatepass")).hexdigest(),
+            "answer": answer,
+        }
+        result = handle.step(json.dumps(request), timeout_s=self.timeout_s)
+        if not result.ok:
+            return 0.0, f"scorer {result.reason}: {result.error[:300]}"
+        info = result.value[4] if isinstance(result.value, list) and len(result.value) == 5 else None
+        if not isinstance(info, dict):
+            return 0.0, "the scorer answered a malformed value"
+        if "error" in info:
+            return 0.0, str(info["error"])[:500]
+        score = info.get("score")
+        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+            return 0.0, f"the scorer returned {score!r}"
+        return min(1.0, max(0.0, float(score))), ""
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def normalise(answer: str | None) -> str | None:
+    """The extracted answer with a whole-answer ``\\text{...}`` (or ``\\textbf``, ``\\mathrm``) unwrapped."""
+    while answer is not None:
+        for command in ("\\text{", "\\textbf{", "\\mathrm{"):
+            if (
+                answer.startswith(command)
+                and matching_braces(answer).get(len(command) - 1) == len(answer) - 1
+            ):
+                answer = answer[len(command) : -1].strip() or None
+                break
+        else:
+            return answer
+    return None
+
+
+def _metrics(results: list[ItemResult]) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    if not results:
+        return metrics
+    metrics["mean_score"] = sum(r.score for r in results) / len(results)
+    metrics["no_answer_rate"] = sum(r.detail.get("extracted") is None for r in results) / len(results)
+    metrics["scorer_errors"] = float(sum(r.detail.get("reason") == "scorer_error" for r in results))
+    groups: dict[str, list[ItemResult]] = {}
+    for r in results:
+        groups.setdefault(f"accuracy/{r.detail['category']}", []).append(r)
+        groups.setdefault(f"task_accuracy/{r.detail['task']}", []).append(r)
+    for key, group in groups.items():
+        metrics[key] = sum(r.correct for r in group) / len(group)
+    return metrics

@@ -1,0 +1,289 @@
+"""Result files of an evaluation, and the comparison of two of them.
+
+    result = EvalResult(model="smollm2-135m", backend="transformers", seed=0, limit=20, ...)
+    result.write("before.json"); again = EvalResult.read("before.json")
+    for row in compare(EvalResult.read("before.json"), EvalResult.read("after.json")):
+        row.suite, row.category, row.acc_a, row.acc_b, row.diff, row.p_value, row.test, row.significant
+
+A result file is JSON: the model, backend, spade-rl version, creation time, seed, limit, sampling
+settings, the host, and every suite's :class:`~spade_rl.evaluate.base.SuiteResult` with its items.
+
+``compare`` gives one row per suite and one per category of a suite (``detail["category"]`` of its
+items). When both sides hold exactly the same item ids, the difference is tested on the pairs with
+McNemar's exact test (two-sided binomial test on the discordant pairs: items right in one run and
+wrong in the other); otherwise with the unpaired two-proportion z-test (pooled variance). A row whose
+p-value is below ``alpha`` (0.05) exceeds the noise. Results that are not comparable (different suite
+versions, seeds, limits or suite options, or different sampling) are flagged with the reason and
+not tested.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade_rl.evaluate.base import ItemResult, SuiteResult, wilson_interval
+
+FORMAT = "spade-rl-eval/1"
+ALPHA = 0.05
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read: missing, not JSON, or not an evaluation result."""
+
+
+@dataclass
+class EvalResult:
+    model: str  # name or path of the model
+    backend: str  # transformers, openai, vllm, fake
+    seed: int
+    limit: int | None
+    sampling: dict  # the SamplingSettings of the evaluation, as a dict
+    suites: dict[str, SuiteResult] = field(default_factory=dict)
+    spade_rl_version: str = ""
+    created: str = ""  # ISO 8601 time, UTC
+    host: dict = field(default_factory=dict)  # python, platform, cpus, torch, device
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "model": self.model,
+            "backend": self.backend,
+            "spade_rl_version": self.spade_rl_version,
+            "created": self.created,
+            "seed": self.seed,
+            "limit": self.limit,
+            "sampling": self.sampling,
+            "host": self.host,
+            "seconds": self.seconds,
+            "suites": {name: suite.to_dict() for name, suite in self.suites.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EvalResult:
+        """Raises ``ValueError`` saying what is wrong with ``data``."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}; this version reads {FORMAT!r}")
+        for key, kinds in (
+            ("model", str),
+            ("backend", str),
+            ("seed", int),
+            ("sampling", dict),
+            ("suites", dict),
+            ("host", dict),
+        ):
+            if not isinstance(data.get(key), kinds) or isinstance(data.get(key), bool):
+                raise ValueError(f"field {key!r} is missing or not a {kinds.__name__}")
+        limit = data.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError(f"field 'limit' must be an integer or null, got {limit!r}")
+        suites = {}
+        for name, suite in data["suites"].items():
+            result = SuiteResult.from_dict(suite)
+            if result.suite != name:
+                raise ValueError(f"suite {name!r} holds the result of {result.suite!r}")
+            suites[name] = result
+        seconds = data.get("seconds", 0.0)
+        return cls(
+            model=data["model"],
+            backend=data["backend"],
+            seed=data["seed"],
+            limit=limit,
+            sampling=data["sampling"],
+            suites=suites,
+            spade_rl_version=str(data.get("spade_rl_version", "")),
+            created=str(data.get("created", "")),
+            host=data["host"],
+            seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
+        )
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write as JSON (the folder is created); NaN and infinities are refused, as JSON has none."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=1, ensure_ascii=False, allow_nan=False)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> EvalResult:
+        """Raises ``ResultFileError`` naming the file and what is wrong with it."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ResultFileError(f"no such result file: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ResultFileError(f"cannot read {path}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ResultFileError(f"{path} is not JSON: {exc}") from None
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            raise ResultFileError(f"{path} is not a spade-rl evaluation result: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    suite: str
+    category: str | None  # None: the whole suite
+    n_a: int
+    acc_a: float | None  # None: the suite is absent from A
+    ci_a: tuple[float, float] | None
+    n_b: int
+    acc_b: float | None
+    ci_b: tuple[float, float] | None
+    diff: float | None  # acc_b - acc_a
+    p_value: float | None  # None: not tested (not comparable, or a side is missing or empty)
+    test: str  # "mcnemar_exact", "two_proportion_z", or "" when not tested
+    significant: bool  # p_value < ALPHA
+    comparable: bool
+    note: str = ""  # why a row is not comparable or not tested; how many pairs a paired test used
+
+
+def compare(a: EvalResult, b: EvalResult, alpha: float = ALPHA) -> list[CompareRow]:
+    """Rows for every suite of either result (A's order, then B's), each followed by its categories."""
+    rows: list[CompareRow] = []
+    common_problems = _run_differences(a, b)
+    for name in list(a.suites) + [s for s in b.suites if s not in a.suites]:
+        sa, sb = a.suites.get(name), b.suites.get(name)
+        if sa is None or sb is None:
+            present = sa if sa is not None else sb
+            rows.append(_one_sided(name, None, present.items, a_side=sa is not None))  # type: ignore[union-attr]
+            continue
+        problems = common_problems + _suite_differences(sa, sb)
+        rows.append(_row(name, None, sa.items, sb.items, problems, alpha))
+        for category in _categories(sa.items, sb.items):
+            ia = [i for i in sa.items if i.detail.get("category") == category]
+            ib = [i for i in sb.items if i.detail.get("category") == category]
+            if not ia or not ib:
+                rows.append(_one_sided(name, category, ia or ib, a_side=bool(ia)))
+            else:
+                rows.append(_row(name, category, ia, ib, problems, alpha))
+    return rows
+
+
+def _run_differences(a: EvalResult, b: EvalResult) -> list[str]:
+    problems = []
+    if a.seed != b.seed:
+        problems.append(f"seeds differ ({a.seed} vs {b.seed})")
+    if a.limit != b.limit:
+        problems.append(f"limits differ ({a.limit} vs {b.limit})")
+    if a.sampling != b.sampling:
+        keys = sorted(k for k in set(a.sampling) | set(b.sampling) if a.sampling.get(k) != b.sampling.get(k))
+        problems.append(f"sampling differs ({', '.join(keys)})")
+    return problems
+
+
+def _suite_differences(sa: SuiteResult, sb: SuiteResult) -> list[str]:
+    problems = []
+    if sa.version != sb.version:
+        problems.append(f"versions differ ({sa.version} vs {sb.version})")
+    if sa.config != sb.config:
+        keys = sorted(k for k in set(sa.config) | set(sb.config) if sa.config.get(k) != sb.config.get(k))
+        problems.append(f"suite options differ ({', '.join(keys)})")
+    return problems
+
+
+def _categories(a: list[ItemResult], b: list[ItemResult]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in a + b:
+        category = item.detail.get("category")
+        if isinstance(category, str):
+            seen.setdefault(category, None)
+    return list(seen)
+
+
+def _one_sided(suite: str, category: str | None, items: list[ItemResult], a_side: bool) -> CompareRow:
+    n, correct = len(items), sum(i.correct for i in items)
+    acc, ci = (correct / n if n else 0.0), wilson_interval(correct, n)
+    note = f"only in {'A' if a_side else 'B'}"
+    if a_side:
+        return CompareRow(suite, category, n, acc, ci, 0, None, None, None, None, "", False, False, note)
+    return CompareRow(suite, category, 0, None, None, n, acc, ci, None, None, "", False, False, note)
+
+
+def _row(
+    suite: str,
+    category: str | None,
+    a: list[ItemResult],
+    b: list[ItemResult],
+    problems: list[str],
+    alpha: float,
+) -> CompareRow:
+    ca, cb = sum(i.correct for i in a), sum(i.correct for i in b)
+    na, nb = len(a), len(b)
+    acc_a, acc_b = (ca / na if na else 0.0), (cb / nb if nb else 0.0)
+    base = dict(
+        suite=suite,
+        category=category,
+        n_a=na,
+        acc_a=acc_a,
+        ci_a=wilson_interval(ca, na),
+        n_b=nb,
+        acc_b=acc_b,
+        ci_b=wilson_interval(cb, nb),
+        diff=acc_b - acc_a,
+    )
+    if problems:
+        return CompareRow(
+            **base,
+            p_value=None,
+            test="",
+            significant=False,
+            comparable=False,
+            note="not comparable: " + "; ".join(problems),
+        )
+    if na == 0 or nb == 0:
+        return CompareRow(**base, p_value=None, test="", significant=False, comparable=True, note="no items")
+    by_id_a = {i.id: i.correct for i in a}
+    by_id_b = {i.id: i.correct for i in b}
+    if len(by_id_a) == na and len(by_id_b) == nb and by_id_a.keys() == by_id_b.keys():
+        only_a = sum(1 for k, v in by_id_a.items() if v and not by_id_b[k])
+        only_b = sum(1 for k, v in by_id_a.items() if not v and by_id_b[k])
+        p = mcnemar_exact(only_a, only_b)
+        note = f"paired on {na} items: {only_a} right only in A, {only_b} right only in B"
+        return CompareRow(
+            **base, p_value=p, test="mcnemar_exact", significant=p < alpha, comparable=True, note=note
+        )
+    p = two_proportion_z(ca, na, cb, nb)
+    return CompareRow(
+        **base,
+        p_value=p,
+        test="two_proportion_z",
+        significant=p < alpha,
+        comparable=True,
+        note="unpaired: the item ids differ",
+    )
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pair counts: with m = only_a + only_b and
+    k = min(only_a, only_b), p = min(1, 2 * P[Binomial(m, 1/2) <= k]); 1.0 when m == 0."""
+    m = only_a + only_b
+    if m == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2**m
+    return min(1.0, 2 * tail)
+
+
+def two_proportion_z(correct_a: int, n_a: int, correct_b: int, n_b: int) -> float:
+    """Two-sided p-value of the pooled two-proportion z-test: p = (ca + cb) / (na + nb),
+    z = (pb - pa) / sqrt(p (1 - p) (1/na + 1/nb)), p-value = erfc(|z| / sqrt 2); 1.0 when the pooled
+    proportion is 0 or 1 (both sides all wrong or all right)."""
+    pooled = (correct_a + correct_b) / (n_a + n_b)
+    variance = pooled * (1 - pooled) * (1 / n_a + 1 / n_b)
+    if variance <= 0:
+        return 1.0
+    z = (correct_b / n_b - correct_a / n_a) / math.sqrt(variance)
+    return math.erfc(abs(z) / math.sqrt(2))
