@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from trl import GRPOTrainer
 
 from spade_rl.policy import Generation, SamplingSettings, default_tokenizer, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
@@ -23,6 +24,7 @@ from spade_rl.train import (
     sample_from_episode,
     sample_from_generation,
 )
+from spade_rl.train.updater import SampleServingGRPOTrainer, split_by_length, trim_padding
 
 G = 4  # group size in these tests
 
@@ -485,6 +487,58 @@ def test_lora_trains_the_adapter_inside_the_policy_model(make_updater, tokenizer
     assert got["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
     with torch.no_grad():
         torch.testing.assert_close(fresh(probe).logits, model(probe).logits)
+
+
+def mixed_length_samples():
+    """A long designer group and short agent groups: TRL alone would pad every row to the longest."""
+    long = make_samples(seed=1, roles=("designer",), prompt_len=40, completion_len=30)
+    short = make_samples(seed=2, roles=("agent", "agent"), prompt_len=6, completion_len=5)
+    return long + [dataclasses.replace(s, group=s.group + 1) for s in short]
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_length_sorted_trimmed_micro_batches_give_trl_s_update(make_updater, monkeypatch, loss_type):
+    """Our micro-batches (rows sorted by length, padding cut) against TRL's (all rows padded to the longest,
+    shuffled): the same loss, gradient norm and weights for the losses normalised over the whole batch."""
+    ours = make_updater(loss_type=loss_type, gradient_accumulation_steps=3)
+    before = weights(ours.model)
+    one = ours.update(mixed_length_samples())
+    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", GRPOTrainer._prepare_inputs)
+    trl_path = make_updater(loss_type=loss_type, gradient_accumulation_steps=3)
+    two = trl_path.update(mixed_length_samples())
+    assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
+    # float rounding only (padding changes the attention kernel's sums); a row lost or counted twice: ~1
+    assert relative_difference(ours.model, trl_path.model, before) < 1e-3
+
+
+def test_split_by_length_and_trim_padding():
+    pad = 0
+    prompts = torch.tensor([[pad, pad, 5, 6], [pad, pad, pad, 7], [1, 2, 3, 4], [pad, 8, 9, 9]])
+    prompt_mask = (prompts != pad).long()
+    completions = torch.tensor([[5, pad, pad], [5, 6, 7], [5, 6, pad], [5, pad, pad]])
+    completion_mask = (completions != pad).long()
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completions,
+        "completion_mask": completion_mask,
+        "old_per_token_logps": completion_mask.float() * -1,
+        "advantages": torch.tensor([0.0, 1.0, 2.0, 3.0]),
+        "num_items_in_batch": torch.tensor(7),
+        "labels": ["a", "b", "c", "d"],
+    }
+    first, second = split_by_length(batch, 2)
+    # lengths 3, 4, 6, 4: row 2 first, then rows 1 and 3 (ties keep their order), then row 0
+    assert first["advantages"].tolist() == [2.0, 1.0] and first["labels"] == ["c", "b"]
+    assert second["advantages"].tolist() == [3.0, 0.0] and second["labels"] == ["d", "a"]
+    assert int(first["num_items_in_batch"]) == 7
+    cut = trim_padding(second)
+    assert cut["prompt_ids"].tolist() == [[8, 9, 9], [pad, 5, 6]]
+    assert cut["completion_ids"].tolist() == [[5], [5]]
+    assert cut["old_per_token_logps"].shape == (2, 1)
+    assert cut["advantages"].tolist() == [3.0, 0.0]
+    with pytest.raises(ValueError, match="equal micro-batches"):
+        split_by_length(batch, 3)
 
 
 @pytest.mark.slow
