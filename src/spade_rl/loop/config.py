@@ -3,7 +3,8 @@
     config = load_config("run.toml", overrides=["loop.iterations=5", "policy.model='/models/qwen3-4b'"])
 
 A TOML file has one table per component (``[loop]``, ``[policy]``, ``[sandbox]``, ``[corpus]``,
-``[design]``, ``[rollout]``, ``[rewards]``, ``[train]``, ``[archive]``); every key is optional and
+``[design]``, ``[rollout]``, ``[rewards]``, ``[train]``, ``[archive]``, ``[executor]``: ``kind = "local"``
+or ``"ray"``, with the Ray ``address`` and the actors); every key is optional and
 anything unknown, of the wrong type, or impossible is refused before anything runs, with the key
 and what is allowed. The resolved configuration is written into the run directory as JSON and read
 back on ``--resume``.
@@ -23,6 +24,7 @@ from typing import Any
 from spade_rl.archive import ArchiveConfig
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.prompts import PromptConfig
+from spade_rl.executor.config import ExecutorConfig
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.policy import PolicyConfig
 from spade_rl.rewards import DesignerRewardConfig
@@ -81,8 +83,8 @@ def _default_train() -> TrainConfig:
     return TrainConfig(
         learning_rate=5e-6,
         num_generations=4,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=3,
+        per_device_train_batch_size=1,  # a row per pass: no padding, no L x L attention matrix
+        gradient_accumulation_steps=12,
         temperature=0.6,
     )
 
@@ -100,6 +102,7 @@ class RunConfig:
     rewards: DesignerRewardConfig = field(default_factory=lambda: DesignerRewardConfig(progress_bonus=0.1))
     train: TrainConfig = field(default_factory=_default_train)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environments run
 
     def __post_init__(self) -> None:
         loop, train = self.loop, self.train
