@@ -5,6 +5,9 @@ spade-rl envs list                       the reference environments
 spade-rl envs show NAME                  print a reference environment's source
 spade-rl envs validate FILE|NAME... [--json]   run the validation battery in the sandbox
 spade-rl report RUN_DIR [--check]         a self-contained HTML report of a run, with PNG figures
+spade-rl eval [--model M] [--suite S ...] [--limit N] [--out FILE]   held-out evaluation (JSON result)
+spade-rl eval --compare A.json B.json     side-by-side comparison with significance tests
+spade-rl experiment FILE.toml [--out DIR] [--check]   arms (baselines, ablations) compared on held-out suites
 """
 
 from __future__ import annotations
@@ -607,3 +610,163 @@ def report(
             console.print(f"[bold red]page check failed:[/] {problems}", highlight=False)
             raise typer.Exit(1)
         console.print(f"page check: {len(checked.figures)} figures decoded in Chromium, no script errors")
+
+
+@app.command("eval")
+def eval_(
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model name or path (default: SmolLM2-135M)."
+    ),
+    suites: list[str] = typer.Option(
+        None, "--suite", "-s", help="A suite to run (repeat for more; default: all): reasoning_gym, bfcl, ..."
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", "-n", min=1, help="At most N items per suite (per task or category)."
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of every selection and sampling step."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="The result file (default: eval-<time>.json)."),
+    options: list[str] = typer.Option(
+        None, "--option", help="A suite option, suite.key=value (repeatable), e.g. envs.episodes=4."
+    ),
+    compare_files: tuple[Path, Path] | None = typer.Option(
+        None, "--compare", help="Compare two result files: --compare A.json B.json (runs nothing)."
+    ),
+    backend: str = typer.Option("transformers", "--backend", help="transformers, openai or vllm."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="Per answer (per turn: envs)."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Chats per generation call."),
+) -> None:
+    """Evaluate a model on held-out suites and write a JSON result; or compare two results."""
+    if compare_files is not None:
+        if model or suites or options or out or limit:
+            raise _fail(
+                "--compare reads two result files; it takes no --model, --suite, --option, --limit or --out"
+            )
+        _eval_compare(*compare_files)
+        return
+    import time as _time
+
+    from spade_rl.evaluate.base import SUITES, EvalContext
+    from spade_rl.evaluate.runner import build_suites, run_eval
+    from spade_rl.evaluate.tables import categories_table, results_table
+    from spade_rl.policy import DEFAULT_MODEL, PolicyConfig, PolicyError, SamplingSettings, make_policy
+
+    names = list(suites or SUITES)
+    try:
+        suite_options = _parse_suite_options(options or [])
+        built = build_suites(names, suite_options)
+        sampling = SamplingSettings(
+            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, logprobs=False
+        )
+        config = PolicyConfig(backend=backend, model=model, seed=seed)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out = out or Path(f"eval-{_time.strftime('%Y%m%d-%H%M%S')}.json")
+    try:
+        with console.status("loading the model"):
+            policy = make_policy(config)
+    except (PolicyError, ValueError, OSError) as exc:
+        raise _fail(f"cannot load the model: {exc}") from None
+
+    def progress(name: str, result) -> None:
+        if result is None:
+            console.print(f"running suite {name} ...")
+        else:
+            console.print(f"  {name}: {result.correct}/{result.n} correct ({result.seconds:.0f} s)")
+
+    try:
+        with SandboxPool(SandboxConfig()) as pool:
+            ctx = EvalContext(limit=limit, seed=seed, sampling=sampling, pool=pool, batch_size=batch_size)
+            result = run_eval(
+                policy, built, ctx, model=model or DEFAULT_MODEL, backend=backend, on_suite=progress
+            )
+    except SandboxUnavailable as exc:
+        raise _fail(str(exc)) from None
+    except (ValueError, PolicyError) as exc:
+        raise _fail(f"the evaluation stopped: {exc}") from None
+    finally:
+        policy.close()
+    try:
+        result.write(out)
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot write {out}: {exc}") from None
+    console.print(results_table(result))
+    if any(item.detail.get("category") for s in result.suites.values() for item in s.items):
+        console.print(categories_table(result))
+    console.print(f"wrote {out} ({result.seconds:.0f} s)")
+
+
+def _parse_suite_options(pairs: list[str]) -> dict[str, dict[str, str]]:
+    """``["envs.episodes=4", ...]`` as ``{"envs": {"episodes": "4"}}``; values stay text (suites convert)."""
+    parsed: dict[str, dict[str, str]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        suite, dot, name = key.strip().partition(".")
+        if not sep or not dot or not suite or not name:
+            raise ValueError(f"--option {pair!r}: write suite.key=value, for example envs.episodes=4")
+        parsed.setdefault(suite, {})[name] = value.strip()
+    return parsed
+
+
+def _eval_compare(path_a: Path, path_b: Path) -> None:
+    from spade_rl.evaluate.results import EvalResult, ResultFileError, compare
+    from spade_rl.evaluate.tables import compare_table
+
+    try:
+        a, b = EvalResult.read(path_a), EvalResult.read(path_b)
+    except ResultFileError as exc:
+        raise _fail(str(exc)) from None
+    rows = compare(a, b)
+    console.print(compare_table(rows, a, b))
+    if not all(row.comparable for row in rows):
+        console.print("[yellow]some rows are not comparable: their differences are not tested[/]")
+
+
+@app.command()
+def experiment(
+    file: Path = typer.Argument(..., help="The experiment file (see experiments/)."),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="The experiment folder (default: runs/experiments/<name>); resumed if it exists.",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Check the file and every arm's configuration, run nothing."
+    ),
+) -> None:
+    """Run several arms (configurations of the loop) with one budget and compare them on held-out suites."""
+    from rich.markup import escape
+
+    from spade_rl.corpus import CorpusError
+    from spade_rl.experiment import ExperimentError, load_experiment
+    from spade_rl.loop.config import ConfigError
+    from spade_rl.policy import PolicyError
+
+    try:
+        spec = load_experiment(file)
+    except (ExperimentError, ConfigError) as exc:
+        raise _fail(str(exc)) from None
+    folder = out or Path("runs") / "experiments" / spec.name
+    arms = ", ".join(arm.name for arm in spec.arms)
+    console.print(
+        f"experiment {escape(spec.name)}: arms {escape(arms)}; seeds {list(spec.seeds)}; "
+        f"{spec.budget.describe()}; evaluation {', '.join(spec.evaluation.suites)} "
+        f"(limit {spec.evaluation.limit}); baseline {escape(spec.baseline or 'none')}",
+        highlight=False,
+    )
+    if check:
+        console.print("every arm's configuration is valid; nothing run (--check)")
+        return
+    from spade_rl.experiment import run_experiment
+
+    try:
+        outcome = run_experiment(spec, folder, progress=lambda m: console.print(escape(m), highlight=False))
+    except (ExperimentError, ConfigError, CorpusError, PolicyError, SandboxUnavailable) as exc:
+        raise _fail(str(exc)) from None
+    console.print(outcome.comparison_md.read_text(encoding="utf-8"), markup=False, highlight=False)
+    for warning in outcome.warnings:
+        console.print(f"[yellow]note:[/] {escape(warning)}", highlight=False)
+    console.print(f"comparison: {outcome.comparison_json}, {outcome.comparison_md}", highlight=False)
+    if outcome.figure is not None:
+        console.print(f"figure: {outcome.figure}", highlight=False)

@@ -79,6 +79,7 @@ class EnvsSuite(Suite):
         if o["max_new_tokens"] >= o["max_context_tokens"]:
             raise ValueError("option envs.max_new_tokens must be smaller than envs.max_context_tokens")
         self._envs: list[HeldOutEnv] | None = None
+        self.all_environments()  # a bad source or id fails here, before any model is loaded
 
     def all_environments(self) -> list[HeldOutEnv]:
         """Every environment of the source that the options select (loaded once)."""

@@ -10,19 +10,21 @@
 Four families, as in the paper's evaluation (math, algorithmic, cognition, logic); each option names
 the Reasoning Gym tasks of one family (comma-separated on the command line; empty leaves the family
 out). Task ``t`` draws its items from ``create_dataset(t, seed=S, size=N)`` with ``S`` derived from
-the evaluation seed and the task's name, so item ``i`` (id ``t/i``) is the same in every run with that
-seed, whatever the limit. The prompt asks for the final answer in ``\\boxed{}`` (or ``<answer>`` tags,
-``answer_format="answer"``); :func:`~spade_rl.evaluate.base.extract_answer` takes it out, and a
-whole-answer ``\\text{...}`` is unwrapped. Only a score of 1.0 from the task's ``score_answer`` counts
-as correct; ``score`` keeps its partial credit.
+the evaluation seed and the task's name, so item ``i`` (id ``t/i/<hash>``) is the same in every run
+with that seed, whatever the limit. The id holds a hash of the question because a few tasks
+(isomorphic_strings, polynomial_multiplication, ransom_note, word_ladder) generate differently under
+another hash seed, that is in another process: their items are then never paired by ``compare``.
+The prompt asks for the final answer in ``\\boxed{}`` (or ``<answer>`` tags, ``answer_format="answer"``);
+:func:`~spade_rl.evaluate.base.extract_answer` takes it out, and a whole-answer ``\\text{...}`` is
+unwrapped. Only a score of 1.0 from the task's ``score_answer`` counts as correct; ``score`` keeps
+its partial credit.
 
 Scoring runs in the sandbox, never here: several scorers hand the model's text to ``eval`` or to
 sympy's ``parse_expr`` (countdown, puzzle24, polynomial_multiplication, the integration tasks,
 n_queens, spiral_matrix, string_insertion, binary_matrix, number_sorting), and even numeric parsers
 can be made to hang (``Fraction("1e999999999")`` in coin_flip). A sandbox worker that has preloaded
-``reasoning_gym`` regenerates the item from (task, seed, size, index), checks that its question is the
-one the model saw, and scores the extracted answer under a deadline; a scorer that times out or
-crashes scores the item 0 and records why.
+``reasoning_gym`` builds the task's dataset object and scores the extracted answer against the item
+(sent as JSON) under a deadline; a scorer that times out or crashes scores the item 0 and records why.
 
 The default tasks are procedural (no data download), have a single reference answer (so the
 ground-truth test can check them) and short prompts (the default model has a 2k context).
@@ -78,10 +80,13 @@ SYSTEM_PROMPTS = {
 }
 
 # The scorer that runs in a sandbox worker (which preloads reasoning_gym before it hardens itself).
-# One request per step: the item is regenerated from its seed, checked against the question the model
-# saw, and the answer scored. Every failure is answered, never raised (a raise would retire the worker).
+# One request per step: the task's dataset object (its config and any data its scorer needs) is built
+# from (task, seed, size), and the item as the model saw it, sent as JSON, is scored with its
+# score_answer. The item is sent rather than regenerated because a few tasks (isomorphic_strings,
+# polynomial_multiplication, ransom_note, word_ladder, ...) generate different items under different
+# hash seeds, that is in different processes. Every failure is answered, never raised (a raise would
+# retire the worker).
 SCORER_SOURCE = """
-import hashlib
 import json
 import math
 
@@ -103,12 +108,7 @@ class ReasoningGymScorerEnv:
                 self._datasets[key] = reasoning_gym.create_dataset(
                     request["task"], seed=request["seed"], size=request["size"]
                 )
-            dataset = self._datasets[key]
-            entry = dataset[request["index"]]
-            digest = hashlib.sha256(entry["question"].encode("utf-8", "surrogatepass")).hexdigest()
-            if digest != request["question_sha256"]:
-                return "", 0.0, True, False, {"error": "the regenerated item differs from the one asked"}
-            score = float(dataset.score_answer(request["answer"], entry))
+            score = float(self._datasets[key].score_answer(request["answer"], request["entry"]))
             if not math.isfinite(score):
                 return "", 0.0, True, False, {"error": f"the scorer returned {score}"}
             return "", 0.0, True, False, {"score": score}
@@ -209,9 +209,7 @@ class ReasoningGymSuite(Suite):
             if error:
                 detail["reason"] = "scorer_error"
                 detail["error"] = error
-            results.append(
-                ItemResult(f"{item['task']}/{item['index']}", score == 1.0, score, clip(text), detail)
-            )
+            results.append(ItemResult(item_id(item), score == 1.0, score, clip(text), detail))
         return SuiteResult(
             self.name,
             self.version(),
@@ -243,6 +241,13 @@ class ReasoningGymSuite(Suite):
             finally:
                 scorer.close()
         return out
+
+
+def item_id(item: dict) -> str:
+    """``task/index/q`` with ``q`` a short hash of the question: the same in every run that asks the same
+    question, so that a task that generates differently in another process is never wrongly paired."""
+    question = item["entry"]["question"].encode("utf-8", "surrogatepass")
+    return f"{item['task']}/{item['index']}/{hashlib.sha256(question).hexdigest()[:8]}"
 
 
 def task_seed(seed: int, task: str) -> int:
@@ -277,16 +282,18 @@ class _Scorer:
         handle, error = self._open()
         if handle is None:
             return 0.0, error
-        question = item["entry"]["question"]
         request = {
             "task": item["task"],
             "seed": item["seed"],
             "size": item["size"],
-            "index": item["index"],
-            "question_sha256": hashlib.sha256(question.encode("utf-8", "surrogatepass")).hexdigest(),
+            "entry": item["entry"],
             "answer": answer,
         }
-        result = handle.step(json.dumps(request), timeout_s=self.timeout_s)
+        try:
+            action = json.dumps(request, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return 0.0, f"the item cannot be sent to the scorer as JSON: {exc}"
+        result = handle.step(action, timeout_s=self.timeout_s)
         if not result.ok:
             return 0.0, f"scorer {result.reason}: {result.error[:300]}"
         info = result.value[4] if isinstance(result.value, list) and len(result.value) == 5 else None

@@ -1,0 +1,181 @@
+"""The held-out environments suite: solutions win, garbage loses, broken environments fail alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from spade_rl.archive import Archive
+from spade_rl.envs import reference
+from spade_rl.evaluate.base import GREEDY, EvalContext
+from spade_rl.evaluate.envs_suite import EnvsSuite, load_environments
+from spade_rl.policy import FakePolicy
+
+
+def _ctx(pool, limit=2, seed=0):
+    return EvalContext(limit=limit, seed=seed, sampling=GREEDY, pool=pool)
+
+
+def _solutions(pool, suite, limit, seed=0):
+    """Every episode's reference play, in the order the suite plays them (environment, then seed)."""
+    actions = []
+    for env in suite.environments(seed):
+        for i in range(limit):
+            handle = pool.open(env.source).value
+            try:
+                assert handle.reset(seed + i).ok
+                solution = handle.solution().value
+            finally:
+                handle.close()
+            actions += [solution] if isinstance(solution, str) else solution
+    return actions
+
+
+def test_solution_player_wins_every_reference_episode(pool, tokenizer):
+    # One episode at a time, so a scripted list of actions is consumed in play order.
+    suite = EnvsSuite(batch_episodes=1)
+    script = _solutions(pool, suite, limit=2)
+    result = suite.run(FakePolicy(script, tokenizer=tokenizer), _ctx(pool))
+    assert result.n == 2 * len(reference.NAMES)
+    assert [i.id for i in result.items if not i.correct] == []
+    assert result.accuracy == 1.0 and result.metrics["win_rate"] == 1.0
+    assert result.metrics["mean_return"] == 1.0 and result.metrics["env_errors"] == 0
+    assert {i.detail["category"] for i in result.items} == set(reference.NAMES)
+    assert all(result.metrics[f"win_rate/{name}"] == 1.0 for name in reference.NAMES)
+    assert result.items[0].id == "guess/seed=0" and result.items[1].id == "guess/seed=1"
+    assert result.metrics["mean_turns"] == pytest.approx(len(script) / result.n)
+    assert result.config["episodes_per_env"] == 2 and result.version.startswith("spade-rl ")
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["", "\x00\x01\x02\xff", "}{ \\boxed{ <tool_call>{not json</tool_call>", "\\boxed{" * 3000, "x" * 20_000],
+    ids=["empty", "bytes", "broken", "boxes", "huge"],
+)
+def test_garbage_loses_every_episode(pool, tokenizer, garbage):
+    suite = EnvsSuite(max_turns=4)
+    result = suite.run(FakePolicy(lambda chat: garbage, tokenizer=tokenizer), _ctx(pool, limit=1))
+    assert result.n == len(reference.NAMES)
+    assert result.correct == 0 and result.metrics["mean_return"] == 0.0
+    assert all(i.detail["stop_reason"] in ("truncated", "max_turns", "context") for i in result.items)
+
+
+def test_turn_budget_is_passed_to_environments_that_take_it(pool, tokenizer):
+    suite = EnvsSuite(envs=("guess", "maze"), turn_budget=2)
+    result = suite.run(FakePolicy(lambda chat: "\\boxed{nonsense}", tokenizer=tokenizer), _ctx(pool, limit=1))
+    assert [i.detail["turns"] for i in result.items] == [2, 2]
+    assert all(i.detail["stop_reason"] == "truncated" for i in result.items)  # the environment ended them
+
+
+HANGS = """
+class HangEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+    def reset(self, seed=None):
+        return "Say anything.", {}
+    def step(self, action):
+        while True:
+            pass
+    def solution(self):
+        return ["x"]
+"""
+
+CRASHES = """
+class CrashEnv:
+    def reset(self, seed=None):
+        raise RuntimeError("broken on purpose")
+    def step(self, action):
+        return "", 0.0, True, False, {}
+    def solution(self):
+        return ["x"]
+"""
+
+LIES = """
+class LiarEnv:
+    def reset(self, seed=None):
+        return "Say anything.", {}
+    def step(self, action):
+        return "ok", float("nan"), "yes", False, []
+    def solution(self):
+        return ["x"]
+"""
+
+
+def _archive(tmp_path):
+    path = tmp_path / "archive.sqlite"
+    with Archive(path) as archive:
+        ids = [
+            archive.add(source, valid=True, reason="ok", skill="test", setting="games", iteration=1).env_id
+            for source in (HANGS, CRASHES, reference.source("guess"), LIES)
+        ]
+        archive.add(
+            "class BadEnv: pass", valid=False, reason="no_reset", skill="x", setting="games", iteration=1
+        )
+    return path, ids
+
+
+def test_broken_archive_environments_are_failures_not_crashes(pool, tokenizer, tmp_path):
+    _, (hang, crash, guess, liar) = _archive(tmp_path)
+    suite = EnvsSuite(source=str(tmp_path), call_timeout_s=0.5, max_turns=3)
+    result = suite.run(FakePolicy(lambda chat: "\\boxed{0}", tokenizer=tokenizer), _ctx(pool, limit=2))
+    assert [e.label for e in suite.environments()] == [f"env{i}" for i in (hang, crash, guess, liar)]
+    by_env = {}
+    for item in result.items:
+        by_env.setdefault(item.detail["env"], []).append(item)
+    assert len(result.items) == 8 and result.correct == 0
+    for env_id in (hang, crash, liar):
+        for item in by_env[f"env{env_id}"]:
+            assert item.detail["stop_reason"] == "env_error" and item.detail["error"]
+            assert not item.correct and item.score == 0.0
+    assert "timeout" in by_env[f"env{hang}"][0].detail["error"]
+    assert "broken on purpose" in by_env[f"env{crash}"][0].detail["error"]
+    assert all(i.detail["stop_reason"] == "max_turns" for i in by_env[f"env{guess}"])  # played normally
+    assert result.metrics["env_errors"] == 6.0
+
+
+def test_jsonl_pool_and_id_selection(pool, tokenizer, tmp_path):
+    path, (_, _, guess, _) = _archive(tmp_path)
+    with Archive(path, readonly=True) as archive:
+        archive.export_jsonl(tmp_path / "pool.jsonl")
+    envs = load_environments(str(tmp_path / "pool.jsonl"), (str(guess),))
+    assert [e.label for e in envs] == [f"env{guess}"]
+    assert len(load_environments(str(tmp_path / "pool.jsonl"))) == 4  # the invalid one is left out
+    suite = EnvsSuite(source=str(path), envs=str(guess), max_turns=2)
+    result = suite.run(FakePolicy(lambda chat: "\\boxed{50}", tokenizer=tokenizer), _ctx(pool, limit=3))
+    assert [i.id for i in result.items] == [f"env{guess}/seed={s}" for s in range(3)]
+
+
+def test_large_pools_are_sampled_by_seed(tmp_path):
+    path, _ = _archive(tmp_path)
+    suite = EnvsSuite(source=str(path), max_envs=2)
+    assert len(suite.environments(0)) == 2
+    assert suite.environments(0) == suite.environments(0)
+    assert len(suite.all_environments()) == 4
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"envs": "nowhere"}, "unknown reference environment"),
+        ({"source": "/no/such/run"}, "neither 'reference' nor an existing"),
+        ({"episodes": "0"}, "at least 1"),
+        ({"max_new_tokens": 5000}, "smaller than"),
+        ({"call_timeout_s": "-1"}, "call_timeout_s"),
+    ],
+)
+def test_bad_options_say_what_is_wrong(options, message):
+    with pytest.raises(ValueError, match=message):
+        EnvsSuite(**options).environments()
+
+
+def test_bad_sources_say_what_is_wrong(tmp_path):
+    path, _ = _archive(tmp_path)
+    with pytest.raises(ValueError, match="give environment ids"):
+        load_environments(str(path), ("guess",))
+    with pytest.raises(ValueError, match="no valid environment with id"):
+        load_environments(str(path), ("999",))
+    (tmp_path / "bad.jsonl").write_text('{"format": "spade-rl-env/1"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1"):
+        load_environments(str(tmp_path / "bad.jsonl"))
+    (tmp_path / "not.sqlite").write_text("hello")
+    with pytest.raises(ValueError, match="not a spade-rl archive"):
+        load_environments(str(tmp_path / "not.sqlite"))
