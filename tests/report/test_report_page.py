@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from report_helpers import IMG_XSS, XSS, env_source, metrics_line, stats
 
 from spade_rl.report import build_report
-from spade_rl.report.page import CONTENT_SECURITY_POLICY, clean, clip, highlight_python, text
+from spade_rl.report.markup import clean, clip, highlight_python, text
+from spade_rl.report.page import CONTENT_SECURITY_POLICY
 
 
 class Elements(HTMLParser):
-    """Every start tag with its attributes, and the text of <script> elements."""
+    """Every start tag with its attributes."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)

@@ -8,7 +8,8 @@
 - :mod:`~spade_rl.report.evals`: in-loop evaluation results (``eval/iter-NNNN.json``), read defensively;
 - :mod:`~spade_rl.report.figures`: the matplotlib figures (needs the ``report`` extra);
 - :mod:`~spade_rl.report.examples`: the filmstrip of example environments and episodes;
-- :mod:`~spade_rl.report.page`: the HTML page, escaping everything a model wrote;
+- :mod:`~spade_rl.report.markup`: escaping untrusted text, Python source with its syntax coloured;
+- :mod:`~spade_rl.report.page`: the HTML page (its Content-Security-Policy and self-check);
 - :mod:`~spade_rl.report.build`: writing ``index.html`` and the figures;
 - :mod:`~spade_rl.report.browser`: checking the page in headless Chromium.
 """
