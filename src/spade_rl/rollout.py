@@ -3,7 +3,8 @@
     episodes = run_episodes(policy, pool, [EpisodeSpec(source, seed=0, hint="..."), ...], RolloutConfig())
 
 Each turn, every live episode's conversation (kept as token ids) goes to the policy in one batch,
-then every live episode steps in the sandbox pool in one batch; episodes end independently
+then every live episode steps in the sandbox pool (or an executor: ``spade_rl.executor``, which may
+hold the environments on Ray actors) in one batch; episodes end independently
 (terminated, truncated by the environment, out of turns, out of context, or an environment failure).
 The hint, when on, is appended to the first observation.
 
@@ -24,12 +25,15 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.policy import Policy, SamplingSettings
 from spade_rl.rewards import episode_return
 from spade_rl.sandbox import EnvHandle, SandboxPool
+
+if TYPE_CHECKING:
+    from spade_rl.executor import Executor
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +167,7 @@ def _cut(text: str, limit: int) -> str:
 
 def run_episodes(
     policy: Policy,
-    pool: SandboxPool,
+    pool: SandboxPool | Executor,
     specs: list[EpisodeSpec],
     config: RolloutConfig,
     seed: int = 0,
@@ -224,7 +228,7 @@ def run_episodes(
 
 def _play(
     policy: Policy,
-    pool: SandboxPool,
+    pool: SandboxPool | Executor,
     episodes: list[Episode],
     handles: list[EnvHandle | None],
     live: list[int],

@@ -44,6 +44,7 @@ from pathlib import Path
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import takes_max_turns
+from spade_rl.executor import Executor, make_executor
 from spade_rl.loop.config import ConfigError, RunConfig, load_config, save_config
 from spade_rl.loop.designing import DesignOutcome, design_environments, seed_reference_environments
 from spade_rl.policy import Policy, make_policy
@@ -55,7 +56,6 @@ from spade_rl.rewards import (
     zscore_advantages,
 )
 from spade_rl.rollout import Episode, EpisodeSpec, run_episodes
-from spade_rl.sandbox import SandboxPool
 from spade_rl.train import Sample, sample_from_episode, sample_from_generation
 
 log = logging.getLogger(__name__)
@@ -94,13 +94,19 @@ class SelfPlay:
         from spade_rl.train import GRPOUpdater  # torch and trl load here
 
         self.updater = GRPOUpdater.for_policy(self.policy, config.train)
-        self.pool = SandboxPool(config.sandbox)
-        self.pool.start()
+        # Where environments are validated and played: here, or on Ray actors ([executor]).
+        self.executor = make_executor(config.executor, config.sandbox)
+        self.executor.start()
         self.archive = Archive(self.run_dir / "archive.sqlite", config.archive)
         self.corpus = Corpus.from_config(config.corpus)
         if resume:
             self._restore()
-        seed_reference_environments(self.archive, self.pool, config.design.validation)
+        seed_reference_environments(self.archive, self.executor, config.design.validation)
+
+    @property
+    def pool(self) -> Executor:
+        """Where environments run (the executor: it offers what ``run_episodes`` needs of a pool)."""
+        return self.executor
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> SelfPlay:
@@ -110,7 +116,7 @@ class SelfPlay:
         self.close()
 
     def close(self) -> None:
-        self.pool.close()
+        self.executor.close()
         self.archive.close()
         self.updater.close()
 
@@ -127,14 +133,14 @@ class SelfPlay:
         rng = random.Random(f"{cfg.loop.seed}:{i}")
         started = time.perf_counter()
         metrics: dict = {"iteration": i}
-        timeouts_before = self.pool.stats["timeouts"]
+        executor_before = dict(self.executor.stats)
 
         # 1-3, 7. ground, design, validate, archive
         outcomes: list[DesignOutcome] = []
         if (i - 1) % cfg.loop.regenerate_every == 0:
             t = time.perf_counter()
             outcomes = design_environments(
-                self.policy, self.corpus, self.archive, self.pool, cfg.design, rng, i
+                self.policy, self.corpus, self.archive, self.executor, cfg.design, rng, i
             )
             metrics["time/design_s"] = time.perf_counter() - t
         reasons = Counter(o.reason for o in outcomes)
@@ -171,7 +177,11 @@ class SelfPlay:
         else:
             metrics["train/skipped"] = 1.0
         metrics["time/update_s"] = time.perf_counter() - t
-        metrics["sandbox/timeouts"] = self.pool.stats["timeouts"] - timeouts_before
+        executor_after = self.executor.stats
+        metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
+        if self.executor.kind == "ray":
+            for key in ("actors_lost", "envs_lost", "retries"):
+                metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
         metrics["time/iteration_s"] = time.perf_counter() - started
         self._save_transcripts(i, played, rng)
         return metrics
@@ -201,7 +211,9 @@ class SelfPlay:
             for use_hint in (False, True)
             for _ in range(k)
         ]
-        episodes = run_episodes(self.policy, self.pool, specs, self.config.rollout, seed=rng.randrange(2**31))
+        episodes = run_episodes(
+            self.policy, self.executor, specs, self.config.rollout, seed=rng.randrange(2**31)
+        )
         played = []
         for record in records:
             nohint = [e for e in episodes if e.spec.tag == (record.env_id, False)]
