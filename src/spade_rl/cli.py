@@ -632,7 +632,9 @@ def eval_(
         None, "--compare", help="Compare two result files: --compare A.json B.json (runs nothing)."
     ),
     backend: str = typer.Option("transformers", "--backend", help="transformers, openai or vllm."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="Per answer (per turn: envs)."),
+    max_new_tokens: int = typer.Option(
+        512, "--max-new-tokens", min=1, help="Per answer (the envs suite: envs.max_new_tokens per turn)."
+    ),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Chats per generation call."),
 ) -> None:

@@ -27,7 +27,7 @@ can be made to hang (``Fraction("1e999999999")`` in coin_flip). A sandbox worker
 (sent as JSON) under a deadline; a scorer that times out or crashes scores the item 0 and records why.
 
 The default tasks are procedural (no data download), have a single reference answer (so the
-ground-truth test can check them) and short prompts (the default model has a 2k context).
+ground-truth test can check them) and short prompts (cheap to generate from on a CPU).
 """
 
 from __future__ import annotations
