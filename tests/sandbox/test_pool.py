@@ -132,6 +132,16 @@ def test_call_many_keeps_order_across_workers(pool):
         env.close()
 
 
+def test_fresh_workers_are_distinct_within_one_batch(pool):
+    used = open_ok(pool)
+    opened = pool.open_many([(COUNTER, None)] * 3, fresh_worker=True)
+    assert all(o.ok for o in opened), opened
+    pids = [o.value.worker_pid for o in opened]
+    assert len(set(pids)) == 3 and used.worker_pid not in pids
+    for env in [used, *(o.value for o in opened)]:
+        env.close()
+
+
 def test_worker_recycled_after_episode_budget():
     with SandboxPool(SandboxConfig(pool_size=1, episodes_per_worker=2)) as pool:
         first = [open_ok(pool) for _ in range(2)]

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,12 +214,16 @@ class SandboxPool:
         timeout_s: float | None = None,
         fresh_worker: bool = False,
     ) -> list[CallResult]:
-        """``open`` for many (source, kwargs) pairs; new workers start in parallel."""
+        """``open`` for many (source, kwargs) pairs; new workers start in parallel. With
+        ``fresh_worker`` every request gets a worker of its own, even for the same source."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
             timeout = timeout_s or self.config.load_timeout_s
-            placed = [self._place(_source_hash(source), fresh_worker) for source, _ in requests]
+            placed: list[_Worker] = []
+            for source, _ in requests:
+                # Fresh requests of one batch each get their own worker, never one placed just before.
+                placed.append(self._place(_source_hash(source), fresh_worker, placed if fresh_worker else ()))
             for worker in _unique(placed):
                 self._await_ready(worker)
             loads = {
@@ -306,7 +311,7 @@ class SandboxPool:
     def _live_workers(self) -> list[_Worker]:
         return [w for w in self._workers if not w.dead]
 
-    def _place(self, digest: str, fresh: bool = False) -> _Worker:
+    def _place(self, digest: str, fresh: bool = False, taken: Sequence[_Worker] = ()) -> _Worker:
         live = self._live_workers()
         bound = [
             w
@@ -314,7 +319,7 @@ class SandboxPool:
             if w.source_hash == digest
             and not w.tainted
             and w.created < self.config.episodes_per_worker
-            and not (fresh and w.loaded)
+            and not (fresh and (w.loaded or w in taken))
         ]
         free = [w for w in live if w.source_hash is None]
         best = min(bound, key=lambda w: len(w.live), default=None)
