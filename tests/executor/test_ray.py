@@ -280,6 +280,20 @@ def test_a_node_killed_mid_rollout_ends_only_its_episodes_and_play_goes_on(make_
     assert executor.stats["actors_lost"] == 1
 
 
+def test_openings_sent_to_a_dead_node_are_opened_elsewhere(make_executor, cluster):
+    executor = make_executor()
+    cluster.kill_node(executor.actors()[0]["node_id"])  # the executor does not know yet
+    opened = executor.open_many([(reference.source("guess"), None)] * 4, 2.0)
+    assert all(r.ok for r in opened), [r.error for r in opened]
+    assert {r.value.actor_index for r in opened} == {executor.actors()[1]["index"]}
+    stats = executor.stats
+    assert (stats["actors_lost"], stats["retries"], stats["envs_lost"]) == (1, 2, 0)  # half went there first
+    resets = executor.call_many([(r.value, "reset", {"seed": 3}) for r in opened])
+    assert all(r.ok for r in resets)
+    for r in opened:
+        r.value.close()
+
+
 def test_an_actor_that_stops_answering_is_declared_lost_and_replaced(make_executor, tokenizer):
     executor = make_executor(actor_timeout_s=2.0)
     opened = executor.open_many([(reference.source("guess"), None)] * 4, 2.0)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -48,10 +47,11 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from spade_rl.design.validate import ValidationReport, ValidationSettings, validate_source
+from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.executor.base import ExecutorError, ValidationRequest, apply_judge
 from spade_rl.executor.config import ExecutorConfig
-from spade_rl.sandbox import CallResult, EnvHandle, SandboxConfig, SandboxPool, Status
+from spade_rl.executor.ray_actor import SandboxActor
+from spade_rl.sandbox import CallResult, SandboxConfig, Status
 
 log = logging.getLogger(__name__)
 
@@ -68,76 +68,7 @@ _LOST = (
 POOL_STATS = ("spawned", "killed", "timeouts", "crashes", "calls")
 
 
-class SandboxActor:
-    """Lives in a Ray worker process: one ``SandboxPool``, and the environment instances open in it,
-    known to the driver by integer keys."""
-
-    def __init__(self, sandbox: SandboxConfig):
-        self.pool = SandboxPool(sandbox)
-        self.envs: dict[int, EnvHandle] = {}
-        self.keys = itertools.count(1)
-
-    def ready(self) -> dict:
-        """Start the pool (raises ``SandboxUnavailable`` when a required layer is missing here)."""
-        layers = self.pool.start()
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "layers": layers}
-
-    def validate(self, source: str, hint: str, settings: ValidationSettings) -> tuple[ValidationReport, dict]:
-        return validate_source(self.pool, source, settings, hint=hint), dict(self.pool.stats)
-
-    def open_many(
-        self, requests: list[tuple[str, dict | None]], timeout_s: float, fresh_worker: bool
-    ) -> tuple[list[CallResult], dict]:
-        results = []
-        for result in self.pool.open_many(requests, timeout_s, fresh_worker):
-            if result.ok:
-                key = next(self.keys)
-                self.envs[key] = result.value
-                result = replace(result, value=(key, result.value.class_name))
-            results.append(result)
-        return results, dict(self.pool.stats)
-
-    def call_many(
-        self, calls: list[tuple[int, str, dict]], timeout_s: float
-    ) -> tuple[list[CallResult], dict]:
-        known = [
-            (i, (self.envs[key], op, args)) for i, (key, op, args) in enumerate(calls) if key in self.envs
-        ]
-        results: list[CallResult] = [
-            CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
-        ] * len(calls)
-        for (i, _), result in zip(known, self.pool.call_many([c for _, c in known], timeout_s), strict=True):
-            results[i] = result
-        return results, dict(self.pool.stats)
-
-    def close_many(self, keys: list[int]) -> dict:
-        for key in keys:
-            env = self.envs.pop(key, None)
-            if env is not None:
-                env.close()
-        return dict(self.pool.stats)
-
-    def doctor(self) -> dict:
-        """The sandbox's layer table and live self-check, as run inside this actor's process."""
-        from spade_rl.sandbox.doctor import layer_table, self_check
-
-        rows, error = layer_table(self.pool.config)
-        probes = [] if error else self_check(self.pool.config)
-        return {
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "pid": os.getpid(),
-            "layers": [(r.layer, r.mode, r.active, r.detail) for r in rows],
-            "error": error,
-            "probes": [(p.name, p.stopped, p.detail) for p in probes],
-        }
-
-    def stop(self) -> dict:
-        self.envs.clear()
-        self.pool.close()
-        return dict(self.pool.stats)
-
-
-_ACTOR = ray.remote(SandboxActor)
+_ACTOR = ray.remote(SandboxActor)  # the class is sent to the nodes by reference (importable there)
 
 
 @dataclass(eq=False)
@@ -334,44 +265,51 @@ class RayExecutor:
         losses = [0] * len(requests)
         queue = list(range(len(requests)))
         running: dict[Any, tuple[int, _Slot, float]] = {}  # ref -> (request, actor, deadline)
-        while queue or running:
-            free = [slot for slot in self._live() if not slot.busy]
-            if queue and not free and not running:
-                free = self._await_live()
-            while queue and free:
-                index, slot = queue.pop(0), free.pop(0)
-                source, hint = requests[index]
-                ref = slot.actor.validate.remote(source, hint, remote_settings)
-                running[ref] = (index, slot, time.monotonic() + budget)
-                slot.busy += 1
-            if not running:
-                continue
-            wait = max(0.0, min(d for *_, d in running.values()) - time.monotonic())
-            done, _ = ray.wait(list(running), num_returns=1, timeout=wait)
-            now = time.monotonic()
-            expired = [ref for ref, (*_, deadline) in running.items() if ref not in done and deadline <= now]
-            for ref in [*done, *expired]:
-                index, slot, _ = running.pop(ref)
+        try:
+            while queue or running:
+                free = [slot for slot in self._live() if not slot.busy]
+                if queue and not free and not running:
+                    free = self._await_live()
+                while queue and free:
+                    index, slot = queue.pop(0), free.pop(0)
+                    source, hint = requests[index]
+                    ref = slot.actor.validate.remote(source, hint, remote_settings)
+                    running[ref] = (index, slot, time.monotonic() + budget)
+                    slot.busy += 1
+                if not running:
+                    continue
+                wait = max(0.0, min(d for *_, d in running.values()) - time.monotonic())
+                done, _ = ray.wait(list(running), num_returns=1, timeout=wait)
+                now = time.monotonic()
+                expired = [
+                    ref for ref, (*_, deadline) in running.items() if ref not in done and deadline <= now
+                ]
+                for ref in [*done, *expired]:
+                    index, slot, _ = running.pop(ref)
+                    slot.busy -= 1
+                    if ref in done:
+                        try:
+                            reports[index], slot.stats = ray.get(ref)
+                            continue
+                        except _LOST as exc:
+                            why = self._lose(slot, _describe(exc))
+                    else:
+                        why = self._lose(slot, f"it did not answer within {budget:.0f} s")
+                    losses[index] += 1
+                    if losses[index] > self.config.retries:
+                        reports[index] = ValidationReport(
+                            valid=False,
+                            reason="worker_lost",
+                            message=f"the Ray actors validating it were lost {losses[index]} times "
+                            f"(last: {why})",
+                        )
+                    else:
+                        self._counters["retries"] += 1
+                        queue.insert(0, index)
+                        log.info("validation %d was on a lost Ray actor; running it again elsewhere", index)
+        finally:
+            for _, slot, _ in running.values():  # left by an error of ours: the actors are not busy
                 slot.busy -= 1
-                if ref in done:
-                    try:
-                        reports[index], slot.stats = ray.get(ref)
-                        continue
-                    except _LOST as exc:
-                        why = self._lose(slot, _describe(exc))
-                else:
-                    why = self._lose(slot, f"it did not answer within {budget:.0f} s")
-                losses[index] += 1
-                if losses[index] > self.config.retries:
-                    reports[index] = ValidationReport(
-                        valid=False,
-                        reason="worker_lost",
-                        message=f"the Ray actors validating it were lost {losses[index]} times (last: {why})",
-                    )
-                else:
-                    self._counters["retries"] += 1
-                    queue.insert(0, index)
-                    log.info("validation %d was on a lost Ray actor; running it again elsewhere", index)
         for report, (source, hint) in zip(reports, requests, strict=True):
             apply_judge(report, source, hint, settings)
         return reports  # type: ignore[return-value]
