@@ -8,6 +8,8 @@ import time
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spade_rl.evaluate import base
 from spade_rl.evaluate.base import (
@@ -205,3 +207,10 @@ def test_generate_texts_batches_in_order_with_seeds_from_the_context():
     generate_texts(again, chats, ctx)
     assert [s.seed for _, s in again.calls] == seeds
     assert math.isclose(policy.calls[0][1].max_new_tokens, GREEDY.max_new_tokens)
+
+
+@given(st.text(alphabet=st.sampled_from(list("\\boxed{}<answer/>ANSWER x1 \n")), max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_extract_answer_never_raises_and_returns_a_piece_of_the_text(text):
+    answer = extract_answer(text)
+    assert answer is None or (answer and answer == answer.strip() and answer in text)

@@ -18,6 +18,10 @@ environment whose constructor takes it, as the self-play loop does. ``max_turns`
 (the rollout's limit). Sources: ``reference`` (the built-in environments), a run directory or
 ``archive.sqlite`` (its valid environments), or a JSONL pool written by ``spade-rl envs export``.
 Metrics: win rate, mean return, mean turns, environment failures, and the win rate of each environment.
+
+The defaults suit a small model on a CPU: 128 new tokens a turn, 2048 tokens of conversation, 8
+episodes at once. 35 episodes at once with 4096-token conversations took the default model's
+process past 24 GB (killed for memory); raise them on a GPU with ``--option envs.batch_episodes=...``.
 """
 
 from __future__ import annotations
@@ -60,10 +64,10 @@ class EnvsSuite(Suite):
         "max_envs": 50,  # archives and pools: at most this many environments (a seeded sample)
         "max_turns": 30,  # the cap on the turns of an episode
         "turn_budget": 0,  # > 0: passed as max_turns to environments that take it; 0: their default
-        "max_new_tokens": 256,  # per turn
-        "max_context_tokens": 4096,  # the whole conversation
+        "max_new_tokens": 128,  # per turn
+        "max_context_tokens": 2048,  # the whole conversation
         "call_timeout_s": 5.0,  # deadline of one reset or step
-        "batch_episodes": 64,  # episodes played at once
+        "batch_episodes": 8,  # episodes played at once (memory grows with episodes x context)
     }
 
     def __init__(self, **options: Any) -> None:
