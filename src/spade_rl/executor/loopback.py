@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 
 # On Linux, Ray replaces a loopback address with the machine's routable one ("a cluster must be
 # reachable from other machines"); with this off it keeps 127.0.0.1. The variable is read when Ray
-# is imported (children: raylets, workers), the constant at call time (this process).
-_LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# is imported (children: raylets, workers), the constant at call time (this process). Usage
+# statistics, which Ray would otherwise send out, are off; so is the dashboard.
+_ENVIRONMENT = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 FAST_FAILURE_DETECTION = {
     "health_check_initial_delay_ms": 0,
     "health_check_period_ms": 500,
@@ -48,7 +49,7 @@ class LoopbackCluster:
         self.cpus_per_node = cpus_per_node
         self.object_store_bytes = object_store_mb << 20
         self.cluster: Cluster | None = None
-        self._saved: tuple[str | None, bool] | None = None
+        self._saved: tuple[dict[str, str | None], bool] | None = None
 
     def __enter__(self) -> LoopbackCluster:
         self.start()
@@ -66,8 +67,11 @@ class LoopbackCluster:
     def start(self) -> None:
         if ray.is_initialized():
             raise RuntimeError("this process is already connected to Ray: leave it (ray.shutdown()) first")
-        self._saved = (os.environ.get(_LOOPBACK_ONLY), ray_constants.ENABLE_RAY_CLUSTER)
-        os.environ[_LOOPBACK_ONLY] = "0"
+        self._saved = (
+            {name: os.environ.get(name) for name in _ENVIRONMENT},
+            ray_constants.ENABLE_RAY_CLUSTER,
+        )
+        os.environ.update(_ENVIRONMENT)
         ray_constants.ENABLE_RAY_CLUSTER = False
         try:
             self.cluster = Cluster(
@@ -76,6 +80,7 @@ class LoopbackCluster:
                     "num_cpus": 0,
                     "object_store_memory": self.object_store_bytes,
                     "node_ip_address": "127.0.0.1",
+                    "include_dashboard": False,
                     "_system_config": FAST_FAILURE_DETECTION,
                 },
             )
@@ -109,11 +114,15 @@ class LoopbackCluster:
         for node in list(self.cluster.worker_nodes):
             if node.node_id == node_id:
                 roots = {p.process.pid for infos in node.all_processes.values() for p in infos}
-                for pid in roots | _descendants(roots):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                doomed = roots | _descendants(roots)
+                # Frozen first, so that none of them sees another die and answers meanwhile (an
+                # actor reporting its sandbox workers' deaths, say): a dead machine says nothing.
+                for sig in (signal.SIGSTOP, signal.SIGKILL):
+                    for pid in doomed:
+                        try:
+                            os.kill(pid, sig)
+                        except ProcessLookupError:
+                            pass
                 self.cluster.remove_node(node, allow_graceful=False)  # reaps them
                 return
         raise ValueError(f"no worker node {node_id!r} in this cluster; its worker nodes: {self.node_ids()}")
@@ -125,11 +134,12 @@ class LoopbackCluster:
             self.cluster.shutdown()
             self.cluster = None
         if self._saved is not None:
-            variable, constant = self._saved
-            if variable is None:
-                os.environ.pop(_LOOPBACK_ONLY, None)
-            else:
-                os.environ[_LOOPBACK_ONLY] = variable
+            variables, constant = self._saved
+            for name, value in variables.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
             ray_constants.ENABLE_RAY_CLUSTER = constant
             self._saved = None
 

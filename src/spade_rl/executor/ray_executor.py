@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -158,6 +159,8 @@ class RayExecutor:
             raise ExecutorError("the Ray executor is closed")
         cfg = self.config
         if not ray.is_initialized():
+            if cfg.address == "local":  # a Ray of our own: it sends no usage statistics out
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             try:
                 ray.init(address=cfg.address, log_to_driver=False, logging_level=logging.WARNING)
             except ConnectionError as exc:
