@@ -103,22 +103,29 @@ def designer_chat(
     config: PromptConfig = PromptConfig(),
     title: str = "",
 ) -> list[dict]:
-    """The chat that asks for one environment (and, in inline hint mode, its hint)."""
+    """The chat that asks for one environment (and, in inline hint mode, its hint); an empty
+    ``document`` leaves the grounding out, no ``examples`` the memory."""
     setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES
     system = (
         "You design executable training environments for an AI agent. "
         "You write correct, self-contained Python.\n\n" + _CONTRACT + "\n\n" + setting_rules
     )
-    parts = [
-        "Design a new environment grounded in this document"
-        + (f" ({title})" if title else "")
-        + ":\n<document>\n"
-        + _truncate_words(document, config.max_document_words)
-        + "\n</document>",
-        f"Skill to exercise: {skill}. Take the entities, rules or facts of the document and turn them "
-        "into a task that trains this skill. It should be hard enough that a capable agent needs several "
-        "tries, but solvable: your solution() must win.",
-    ]
+    difficulty = (
+        "It should be hard enough that a capable agent needs several tries, but solvable: your "
+        "solution() must win."
+    )
+    if document.strip():
+        parts = [
+            "Design a new environment grounded in this document"
+            + (f" ({title})" if title else "")
+            + ":\n<document>\n"
+            + _truncate_words(document, config.max_document_words)
+            + "\n</document>",
+            f"Skill to exercise: {skill}. Take the entities, rules or facts of the document and turn them "
+            "into a task that trains this skill. " + difficulty,
+        ]
+    else:  # no grounding (an ablation): the skill alone
+        parts = [f"Design a new environment. Skill to exercise: {skill}. " + difficulty]
     if examples:
         blocks = [_example_block(e, i + 1, config.max_example_chars) for i, e in enumerate(examples)]
         parts.append(

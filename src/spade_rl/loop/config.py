@@ -4,7 +4,8 @@
 
 A TOML file has one table per component (``[loop]``, ``[policy]``, ``[sandbox]``, ``[corpus]``,
 ``[design]``, ``[rollout]``, ``[rewards]``, ``[train]``, ``[archive]``, ``[executor]``: ``kind = "local"``
-or ``"ray"``, with the Ray ``address`` and the actors); every key is optional and
+or ``"ray"``, with the Ray ``address`` and the actors; ``[designer]``: who designs and whether that role
+trains; ``[pool]``: what seeds the training pool; ``[eval]``: in-loop evaluation); every key is optional and
 anything unknown, of the wrong type, or impossible is refused before anything runs, with the key
 and what is allowed. The resolved configuration is written into the run directory as JSON and read
 back on ``--resume``.
@@ -24,6 +25,7 @@ from typing import Any
 from spade_rl.archive import ArchiveConfig
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.prompts import PromptConfig
+from spade_rl.envs import reference
 from spade_rl.executor.config import ExecutorConfig
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.policy import PolicyConfig
@@ -71,6 +73,144 @@ class LoopConfig:
             )
 
 
+DESIGNER_SOURCES = ("policy", "frozen", "none")
+
+
+@dataclass(frozen=True)
+class DesignerConfig:
+    """Who designs the environments, and whether the designer role is trained.
+
+    - ``source = "policy"`` (SPADE): the trained policy designs; ``train = false`` keeps its designer
+      samples out of the update (the ablation "no designer training").
+    - ``source = "frozen"`` (the fixed-designer baseline): a model that is never trained designs. With
+      ``[designer.policy]`` unset it is a frozen copy of the starting weights (the run's own model,
+      twice in memory); otherwise any policy, e.g. ``backend = "openai"`` for an OpenAI-compatible
+      endpoint. Its samples never reach the update.
+    - ``source = "none"`` (the fixed-pool baseline): nothing is designed; the agent trains on the pool
+      (``[pool]``) alone.
+    """
+
+    source: str = "policy"
+    train: bool = True  # only meaningful for source = "policy": a frozen designer is never trained
+    policy: PolicyConfig | None = None  # source = "frozen" only: the model that designs
+
+    def __post_init__(self) -> None:
+        if self.source not in DESIGNER_SOURCES:
+            raise ConfigError(f"designer.source {self.source!r}; allowed: {list(DESIGNER_SOURCES)}")
+        if self.policy is not None and self.source != "frozen":
+            raise ConfigError(
+                f"designer.policy is only used with designer.source = 'frozen' (got source {self.source!r})"
+            )
+
+    @property
+    def trains(self) -> bool:
+        """Whether designer samples reach the GRPO update."""
+        return self.source == "policy" and self.train
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What seeds the archive's training pool before anything is designed (iteration 0).
+
+    ``reference``: the built-in reference environments to add (all by default; ``[]`` for none, or a
+    subset, keeping the others held out for evaluation). ``jsonl``: a pool written by ``spade-rl envs
+    export`` (a path, relative to the working directory); its environments are validated again under
+    this run's settings and added. ``reasoning_gym``: Reasoning Gym tasks, each wrapped as one
+    single-turn environment (generated source, run in the sandbox like any other) holding
+    ``reasoning_gym_items`` questions generated from ``reasoning_gym_seed`` (needs the ``eval`` extra).
+    """
+
+    reference: tuple[str, ...] = reference.NAMES
+    jsonl: str = ""
+    reasoning_gym: tuple[str, ...] = ()
+    reasoning_gym_items: int = 50
+    reasoning_gym_seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.reference if name not in reference.NAMES]
+        if unknown:
+            raise ConfigError(
+                f"pool.reference: unknown reference environment(s) {unknown}; "
+                f"allowed: {list(reference.NAMES)}"
+            )
+        if self.jsonl and not Path(self.jsonl).is_file():
+            raise ConfigError(
+                f"pool.jsonl: no such file {self.jsonl!r} (a JSONL pool from spade-rl envs export)"
+            )
+        if self.reasoning_gym_items < 1 or self.reasoning_gym_seed < 0:
+            raise ConfigError(
+                "pool.reasoning_gym_items must be at least 1 and pool.reasoning_gym_seed not negative, got "
+                f"{self.reasoning_gym_items} and {self.reasoning_gym_seed}"
+            )
+        if self.reasoning_gym:
+            from spade_rl.loop.pool import check_reasoning_gym_tasks
+
+            try:
+                check_reasoning_gym_tasks(self.reasoning_gym)
+            except ValueError as exc:
+                raise ConfigError(f"pool.reasoning_gym: {exc}") from None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reference or self.jsonl or self.reasoning_gym)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation of the policy being trained (:mod:`spade_rl.evaluate`), greedy.
+
+    ``every`` E > 0 evaluates after every E-th iteration's update (0: never) on ``suites``, at most
+    ``limit`` items per suite (per task or environment), with ``seed``; ``options`` holds per-suite
+    options as tables (``[eval.options.envs]`` ``episodes = 2``). The result goes to
+    ``RUN_DIR/eval/iter-NNNN.json`` and ``eval/<suite>/accuracy`` (with ``ci_low``, ``ci_high``, ``n``)
+    into that iteration's metrics line. ``spade-rl experiment`` uses the same table for its evaluations
+    at the start and the end of every arm.
+    """
+
+    every: int = 0
+    suites: tuple[str, ...] = ("envs",)
+    limit: int = 4
+    seed: int = 0
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from spade_rl.evaluate.base import SUITES
+
+        if self.every < 0:
+            raise ConfigError(f"eval.every must be 0 (never) or a number of iterations, got {self.every}")
+        for name, least in (("limit", 1), ("max_new_tokens", 1), ("batch_size", 1), ("seed", 0)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"eval.{name} must be at least {least}, got {getattr(self, name)}")
+        if not self.suites:
+            raise ConfigError(f"eval.suites must name at least one suite; known: {list(SUITES)}")
+        unknown = [s for s in self.suites if s not in SUITES]
+        if unknown or len(set(self.suites)) != len(self.suites):
+            raise ConfigError(
+                f"eval.suites {list(self.suites)}: each once, from {list(SUITES)}"
+                + (f" (unknown: {unknown})" if unknown else "")
+            )
+        for suite, options in self.options.items():
+            if suite not in self.suites:
+                raise ConfigError(
+                    f"eval.options.{suite}: options for a suite that is not run; eval.suites is "
+                    f"{list(self.suites)}"
+                )
+            if not isinstance(options, dict):
+                raise ConfigError(f"eval.options.{suite} must be a table of suite options, got {options!r}")
+
+    def check_suites(self) -> None:
+        """Build every suite with its options (importing its module): unknown options, bad values and
+        missing optional packages fail here, before anything runs."""
+        from spade_rl.evaluate.runner import build_suites
+
+        try:
+            build_suites(list(self.suites), self.options)
+        except ValueError as exc:  # SuiteUnavailable is a ValueError too
+            raise ConfigError(f"eval: {exc}") from None
+
+
 def _default_design() -> DesignPhaseConfig:
     # Short prompts for the CPU default: a 300-word document and examples cut at 1200 characters.
     return DesignPhaseConfig(
@@ -103,6 +243,9 @@ class RunConfig:
     train: TrainConfig = field(default_factory=_default_train)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environments run
+    designer: DesignerConfig = field(default_factory=DesignerConfig)  # who designs; designer training
+    pool: PoolConfig = field(default_factory=PoolConfig)  # what seeds the training pool
+    eval: EvalConfig = field(default_factory=EvalConfig)  # in-loop evaluation (off by default)
 
     def __post_init__(self) -> None:
         loop, train = self.loop, self.train
@@ -120,6 +263,8 @@ class RunConfig:
                 f"({loop.designs_per_iteration})"
             )
         designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
+        if not self.designer.trains:
+            designer_blocks = 0  # no designer sample reaches the update
         needed = group * (loop.envs_per_iteration + designer_blocks)
         if train.rows_per_update < needed:
             raise ConfigError(
@@ -137,6 +282,13 @@ class RunConfig:
                 f"({self.rollout.temperature}) and design.temperature ({self.design.temperature}): the "
                 "importance ratio compares against the sampling distribution"
             )
+        if self.designer.source == "none" and self.pool.empty:
+            raise ConfigError(
+                "designer.source = 'none' trains on the pool alone, but [pool] adds nothing: name "
+                "pool.reference environments, a pool.jsonl file or pool.reasoning_gym tasks"
+            )
+        if self.eval.every > 0:
+            self.eval.check_suites()
 
 
 # --- building dataclasses from plain data ---------------------------------------------------------------

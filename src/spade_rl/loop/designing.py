@@ -2,7 +2,8 @@
 
     outcomes = design_environments(policy, corpus, archive, executor, DesignPhaseConfig(n=8), rng, 1)
 
-For each of ``n`` proposals: sample a corpus document, a skill and memory examples from the archive;
+For each of ``n`` proposals: sample a corpus document, a skill and memory examples from the archive
+(``memory = false`` shows no examples, ``grounding = false`` no document: the paper's ablations);
 ask the policy (one batched generation for all proposals) for an environment and, in the two-call
 mode, a hint (a second batched generation that reads the code); parse; run the validation battery
 in the sandbox, on all proposals at once through the executor (local or Ray; a ``SandboxPool`` is
@@ -48,6 +49,8 @@ class DesignPhaseConfig:
     top_p: float = 1.0
     prompt: PromptConfig = field(default_factory=PromptConfig)
     validation: ValidationSettings = field(default_factory=ValidationSettings)
+    memory: bool = True  # false: no archive examples in the designer prompt (ablation "no memory")
+    grounding: bool = True  # false: no corpus document in the designer prompt (ablation "no grounding")
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -77,7 +80,7 @@ class DesignOutcome:
     """One proposal: where it came from, what the policy wrote, and the verdict."""
 
     skill: str
-    document_id: str
+    document_id: str | None  # None without grounding
     chat: list[dict]
     generation: Generation
     parsed: Parsed
@@ -115,12 +118,17 @@ def _memory_examples(sample: MemorySample) -> list[MemoryExample]:
 
 
 def seed_reference_environments(
-    archive: Archive, executor: Executor | SandboxPool, settings: ValidationSettings
+    archive: Archive,
+    executor: Executor | SandboxPool,
+    settings: ValidationSettings,
+    names: tuple[str, ...] | None = None,
 ) -> int:
-    """Validate the built-in reference environments and add the missing ones (iteration 0, origin
-    "reference"): the designer's memory and the training pool before anything valid is designed."""
+    """Validate the built-in reference environments (``names``, default all) and add the missing ones
+    (iteration 0, origin "reference"): the designer's memory and the training pool before anything
+    valid is designed."""
     added = 0
-    missing = [name for name in reference.NAMES if archive.find(reference.source(name)) is None]
+    names = reference.NAMES if names is None else names
+    missing = [name for name in names if archive.find(reference.source(name)) is None]
     reports = as_executor(executor).validate_many(
         [(reference.source(name), "") for name in missing], settings
     )
@@ -161,13 +169,25 @@ def design_environments(
     plans = []
     for index in range(config.n):
         skill = skills[rng.randrange(len(skills))]
-        document = corpus.sample(rng, 1)[0]
-        memory = archive.sample_memory(rng, setting=config.setting)
+        document = corpus.sample(rng, 1)[0] if config.grounding else None
+        memory = archive.sample_memory(rng, setting=config.setting) if config.memory else None
         chat = designer_chat(
-            document.text, skill, _memory_examples(memory), config.prompt, document.title or ""
+            document.text if document is not None else "",
+            skill,
+            _memory_examples(memory) if memory is not None else [],
+            config.prompt,
+            document.title or "" if document is not None else "",
         )
-        plans.append((skill, document.id, memory.parent_ids, chat))
-        log.debug("design %d: skill %s, document %s, memory %s", index, skill, document.id, memory.message)
+        document_id = document.id if document is not None else None
+        parents = memory.parent_ids if memory is not None else ()
+        plans.append((skill, document_id, parents, chat))
+        log.debug(
+            "design %d: skill %s, document %s, memory %s",
+            index,
+            skill,
+            document_id,
+            memory.message if memory is not None else "off",
+        )
     sampling = SamplingSettings(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,

@@ -20,15 +20,23 @@ One iteration (``SelfPlay.iteration``), top to bottom as in SPADE.md:
    the next iteration's memory and pool.
 
 The run directory holds ``config.json`` (the resolved configuration), ``archive.sqlite``,
-``metrics.jsonl`` (one line per iteration), ``transcripts.jsonl`` (sampled episodes) and
-``checkpoints/iter-NNNN/`` (model or adapter, optimiser, scheduler, RNG states, iteration). Every
+``metrics.jsonl`` (one line per iteration), ``transcripts.jsonl`` (sampled episodes),
+``eval/iter-NNNN.json`` (in-loop evaluations, ``[eval] every``) and ``checkpoints/iter-NNNN/``
+(model or adapter, optimiser, scheduler, RNG states, iteration). Every
 random choice of iteration ``i`` comes from ``random.Random(f"{seed}:{i}")``, so a resumed run
 replays an interrupted iteration exactly, after the archive has forgotten its partial records.
+
+Baselines and ablations are configurations of this same loop (``[designer]``, ``[pool]``, ``[design]``
+``memory``/``grounding``, ``[rewards] mode``): ``designer.source = "none"`` never designs (agent-only
+GRPO on the fixed pool), ``"frozen"`` designs with a model that is never trained, and
+``designer.train = false`` keeps the designer's samples out of the update.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import json
 import logging
 import math
@@ -45,8 +53,9 @@ from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import takes_max_turns
 from spade_rl.executor import Executor, make_executor
-from spade_rl.loop.config import ConfigError, RunConfig, load_config, save_config
-from spade_rl.loop.designing import DesignOutcome, design_environments, seed_reference_environments
+from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_config, save_config
+from spade_rl.loop.designing import DesignOutcome, design_environments
+from spade_rl.loop.pool import seed_pool
 from spade_rl.policy import Policy, make_policy
 from spade_rl.rewards import (
     centred_advantages,
@@ -56,6 +65,7 @@ from spade_rl.rewards import (
     zscore_advantages,
 )
 from spade_rl.rollout import Episode, EpisodeSpec, run_episodes
+from spade_rl.sandbox import SandboxPool
 from spade_rl.train import Sample, sample_from_episode, sample_from_generation
 
 log = logging.getLogger(__name__)
@@ -73,7 +83,13 @@ class SelfPlay:
     """A self-play run in ``run_dir``; ``resume=True`` continues from its last checkpoint."""
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, *, resume: bool = False, policy: Policy | None = None
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        policy: Policy | None = None,
+        designer_policy: Policy | None = None,  # designer.source = "frozen": this one designs
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -91,6 +107,9 @@ class SelfPlay:
                 f"training needs a policy that holds its model in process (the transformers backend); "
                 f"{config.policy.backend!r} does not"
             )
+        # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
+        self.designer_policy = self._make_designer(designer_policy)
+        self._eval_pool_owned: SandboxPool | None = None
         from spade_rl.train import GRPOUpdater  # torch and trl load here
 
         self.updater = GRPOUpdater.for_policy(self.policy, config.train)
@@ -101,7 +120,7 @@ class SelfPlay:
         self.corpus = Corpus.from_config(config.corpus)
         if resume:
             self._restore()
-        seed_reference_environments(self.archive, self.executor, config.design.validation)
+        seed_pool(self.archive, self.executor, config.pool, config.design.validation)
 
     @property
     def pool(self) -> Executor:
@@ -117,6 +136,8 @@ class SelfPlay:
 
     def close(self) -> None:
         self.executor.close()
+        if self._eval_pool_owned is not None:
+            self._eval_pool_owned.close()
         self.archive.close()
         self.updater.close()
 
@@ -137,10 +158,11 @@ class SelfPlay:
 
         # 1-3, 7. ground, design, validate, archive
         outcomes: list[DesignOutcome] = []
-        if (i - 1) % cfg.loop.regenerate_every == 0:
+        if cfg.designer.source != "none" and (i - 1) % cfg.loop.regenerate_every == 0:
             t = time.perf_counter()
+            designer = self.designer_policy if self.designer_policy is not None else self.policy
             outcomes = design_environments(
-                self.policy, self.corpus, self.archive, self.executor, cfg.design, rng, i
+                designer, self.corpus, self.archive, self.executor, cfg.design, rng, i
             )
             metrics["time/design_s"] = time.perf_counter() - t
         reasons = Counter(o.reason for o in outcomes)
@@ -159,7 +181,10 @@ class SelfPlay:
             self.archive.record_stats(env.env_id, i, env.stats)
         samples, groups = self._agent_samples(played)
         designer = self._designer_samples(outcomes, {p.env_id: p for p in played}, len(groups))
-        samples += designer.samples
+        if cfg.designer.trains:
+            samples += designer.samples
+        else:
+            metrics["samples/designer_untrained"] = len(designer.samples)
         metrics.update(self._play_metrics(played))
         metrics["designer/reward_mean"] = designer.mean_reward
         metrics["groups/total"] = len(groups) + designer.groups
@@ -184,6 +209,8 @@ class SelfPlay:
                 metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
         metrics["time/iteration_s"] = time.perf_counter() - started
         self._save_transcripts(i, played, rng)
+        if cfg.eval.every > 0 and i % cfg.eval.every == 0:
+            metrics.update(self._evaluate_iteration(i))  # after the update: the weights of iteration i
         return metrics
 
     def _choose_envs(self, outcomes: list[DesignOutcome], rng: random.Random) -> list[int]:
@@ -297,6 +324,50 @@ class SelfPlay:
             "band/fraction": sum(low <= s.win_rate_nohint <= high for s in stats) / len(stats),
         }
 
+    # --- evaluation ----------------------------------------------------------------------------------
+    def evaluate(self, config: EvalConfig, model: str = ""):
+        """Evaluate the policy as it is now (greedy, ``config.max_new_tokens``) on ``config``'s suites,
+        in the run's sandbox; returns the :class:`~spade_rl.evaluate.results.EvalResult`."""
+        model = model or (self.config.policy.model or "smollm2-135m")
+        return evaluate_policy(self.policy, self._eval_pool(), config, model, self.config.policy.backend)
+
+    def _evaluate_iteration(self, i: int) -> dict:
+        """The in-loop evaluation after iteration ``i``: ``eval/iter-NNNN.json`` and its metrics."""
+        started = time.perf_counter()
+        name = self.config.policy.model or "smollm2-135m"
+        result = self.evaluate(self.config.eval, f"{name} after iteration {i} of {self.run_dir.name}")
+        result.write(self.run_dir / "eval" / f"iter-{i:04d}.json")
+        return {**eval_metrics(result), "time/eval_s": time.perf_counter() - started}
+
+    def _eval_pool(self) -> SandboxPool:
+        """The sandbox pool of evaluations: the local executor's own, else (Ray) one started here."""
+        pool = getattr(self.executor, "pool", None)
+        if isinstance(pool, SandboxPool):
+            return pool
+        if self._eval_pool_owned is None:
+            self._eval_pool_owned = SandboxPool(self.config.sandbox)
+            self._eval_pool_owned.start()
+        return self._eval_pool_owned
+
+    def _make_designer(self, given: Policy | None) -> Policy | None:
+        """The policy that designs when it is not the trained one (designer.source = "frozen")."""
+        designer = self.config.designer
+        if designer.source != "frozen":
+            if given is not None:
+                raise ConfigError(f"a designer policy was given, but designer.source is {designer.source!r}")
+            return None
+        if given is not None:
+            return given
+        if designer.policy is not None:
+            return make_policy(designer.policy)
+        return frozen_copy(self.policy)
+
+    def save_checkpoint(self) -> None:
+        """Checkpoint the last recorded iteration if it has no checkpoint yet (a run stopped early)."""
+        done = self.next_iteration - 1
+        if done >= 1 and not (self.run_dir / "checkpoints" / f"iter-{done:04d}").exists():
+            self._checkpoint(done)
+
     # --- the run directory ---------------------------------------------------------------------------
     def _save_transcripts(self, iteration: int, played: list[PlayedEnv], rng: random.Random) -> None:
         episodes = [e for p in played for e in p.nohint + p.hint]
@@ -363,6 +434,10 @@ class SelfPlay:
             transcripts.write_text(
                 "".join(line + "\n" for line in lines if json.loads(line)["iteration"] <= done)
             )
+        for path in (self.run_dir / "eval").glob("iter-*.json*"):
+            number = path.name[len("iter-") :].split(".")[0]
+            if path.name.endswith(".tmp") or not number.isdigit() or int(number) > done:
+                path.unlink()  # the evaluation of an iteration that runs again (or half a file)
         self.next_iteration = done + 1
         log.info(
             "resuming %s after iteration %d (%d partial environments discarded)", self.run_dir, done, removed
@@ -388,6 +463,50 @@ def _turn_limit(source: str, class_name: str, max_turns: int) -> dict:
 
 def _finite(metrics: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+def evaluate_policy(policy: Policy, pool: SandboxPool, config: EvalConfig, model: str, backend: str):
+    """``config``'s suites on ``policy`` (greedy, ``config.max_new_tokens``), untrusted code in ``pool``:
+    the evaluation of the loop and of ``spade-rl experiment``. Returns an ``EvalResult``."""
+    from spade_rl.evaluate import GREEDY, EvalContext
+    from spade_rl.evaluate.runner import run_eval
+
+    ctx = EvalContext(
+        limit=config.limit,
+        seed=config.seed,
+        sampling=dataclasses.replace(GREEDY, max_new_tokens=config.max_new_tokens),
+        pool=pool,
+        batch_size=config.batch_size,
+        options={name: dict(options) for name, options in config.options.items()},
+    )
+    return run_eval(policy, list(config.suites), ctx, model=model, backend=backend)
+
+
+def eval_metrics(result) -> dict:
+    """``eval/<suite>/accuracy``, ``ci_low``, ``ci_high`` and ``n`` of every suite of an EvalResult."""
+    metrics: dict = {}
+    for name, suite in result.suites.items():
+        low, high = suite.ci
+        metrics[f"eval/{name}/accuracy"] = suite.accuracy
+        metrics[f"eval/{name}/ci_low"] = low
+        metrics[f"eval/{name}/ci_high"] = high
+        metrics[f"eval/{name}/n"] = suite.n
+    return metrics
+
+
+def frozen_copy(policy: Policy) -> Policy:
+    """A copy of an in-process transformers policy whose weights never change (the frozen designer)."""
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+
+    if not isinstance(policy, TransformersPolicy):
+        raise ConfigError(
+            f"designer.source = 'frozen' copies the starting weights of a transformers policy, not a "
+            f"{type(policy).__name__}; name the designer's model in [designer.policy]"
+        )
+    model = copy.deepcopy(policy.model)
+    model.requires_grad_(False)
+    model.eval()
+    return TransformersPolicy(model, policy.tokenizer, policy.config)
 
 
 def open_run(config_path: Path | None, overrides: list[str], run_dir: Path, resume: bool) -> SelfPlay:

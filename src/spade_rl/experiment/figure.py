@@ -1,0 +1,105 @@
+"""The training curves of every arm of an experiment in one figure (PNG, matplotlib, imported lazily).
+
+    plot_curves(records, Path("runs/experiments/ci-tiny/curves.png"), title="ci-tiny")
+
+One panel per metric of the runs' ``metrics.jsonl`` (agent win rate without and with the hint, the
+fraction of played environments inside the learnable band, regret, designer valid rate, training
+loss, and every in-loop evaluation ``eval/<suite>/accuracy`` that is present), the iteration on the
+x axis, one colour per arm and one line style per seed. A metric an arm never records (the designer's
+valid rate of the fixed-pool arm) is simply absent from its panel.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from spade_rl.experiment.runner import RunRecord
+
+PANELS = (
+    ("agent/win_rate", "agent win rate (no hint)"),
+    ("agent/win_rate_hint", "agent win rate (with hint)"),
+    ("band/fraction", "fraction of envs in the band"),
+    ("regret/mean", "regret"),
+    ("designer/valid_rate", "designer valid rate"),
+    ("train/loss", "training loss"),
+)
+STYLES = ("-", "--", ":", "-.")
+
+
+def _series(lines: list[dict], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for line in lines:
+        value = line.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            xs.append(line["iteration"])
+            ys.append(float(value))
+    return xs, ys
+
+
+def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
+    """Draw the curves of ``records`` into ``path`` (PNG); raises ``ImportError`` without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    runs = []
+    for record in records:
+        metrics = record.run_dir / "metrics.jsonl"
+        text = metrics.read_text(encoding="utf-8") if metrics.exists() else ""
+        runs.append((record, [json.loads(line) for line in text.splitlines() if line.strip()]))
+    eval_keys = sorted(
+        {
+            k
+            for _, lines in runs
+            for line in lines
+            for k in line
+            if k.startswith("eval/") and k.endswith("/accuracy")
+        }
+    )
+    panels = [*PANELS, *((key, "held-out " + key[len("eval/") : -len("/accuracy")]) for key in eval_keys)]
+    columns = 3
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
+    arms = list(dict.fromkeys(record.arm for record in records))
+    seeds = list(dict.fromkeys(record.seed for record in records))
+    colours = plt.get_cmap("tab10")
+    for ax, (key, label) in zip(axes.flat, panels, strict=False):
+        for record, lines in runs:
+            xs, ys = _series(lines, key)
+            if not xs:
+                continue
+            ax.plot(
+                xs,
+                ys,
+                STYLES[seeds.index(record.seed) % len(STYLES)],
+                color=colours(arms.index(record.arm) % 10),
+                marker="o" if len(xs) < 30 else None,
+                markersize=3,
+                label=record.arm if len(seeds) == 1 else f"{record.arm} (seed {record.seed})",
+            )
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    handles, labels = {}, []
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    if handles:
+        fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=min(len(labels), 6))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

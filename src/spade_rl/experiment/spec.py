@@ -1,0 +1,270 @@
+"""The experiment file: named arms (each a run configuration), one seed set, one budget, one evaluation.
+
+    spec = load_experiment("experiments/ci-tiny.toml")     # every arm's configuration checked here
+    spec.arms[0].name, spec.arms[0].config(seed=0)          # "fixed-pool", a RunConfig
+
+A file (TOML) looks like this; every path is relative to the file's folder::
+
+    [experiment]
+    name = "cpu-default"
+    base = "../configs/cpu-default.toml"   # the base configuration of every arm (optional)
+    seeds = [0]                            # every arm runs once per seed (loop.seed and train.seed)
+    iterations = 30                        # the budget: iterations per arm ...
+    # wall_time_s = 3600                   # ... or seconds of training per arm (evaluations not counted)
+    baseline = "fixed-pool"                # the arm the others are also compared with ("" for none)
+    overrides = ["rollout.max_turns=4"]    # for every arm, before its own
+
+    [eval]                                 # the held-out evaluation at the start and end of every arm
+    suites = ["envs", "reasoning_gym"]     # the same keys as a run's [eval]; every = E > 0 also
+    limit = 8                              # evaluates inside every arm's loop, for the curves
+    seed = 1000
+    [eval.options.envs]
+    envs = ["maze", "lights"]
+
+    [arms.fixed-pool]                      # arms run in the order of the file
+    overrides = ["designer.source='none'"]
+    [arms.spade]
+    config = "other.toml"                  # optional: this arm's own base configuration
+    overrides = []
+
+An arm's configuration is ``load_config(config or base, experiment overrides + arm overrides +
+budget and seed)``: the budget and the seed are applied last, so that every arm runs the same. Unknown
+keys, bad values and impossible configurations of any arm fail here, naming the arm and the key,
+before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, build, load_config, to_data
+
+EXPERIMENT_KEYS = (
+    "name",
+    "base",
+    "seeds",
+    "iterations",
+    "wall_time_s",
+    "max_iterations",
+    "baseline",
+    "overrides",
+)
+ARM_KEYS = ("config", "overrides")
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ExperimentError(ConfigError):
+    """An experiment file that cannot run: the message names the file, the arm or key, and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Iterations per arm, or seconds of training per arm (then at most ``iterations`` iterations)."""
+
+    iterations: int
+    wall_time_s: float = 0.0  # 0: the budget is ``iterations``
+
+    def describe(self) -> str:
+        if self.wall_time_s > 0:
+            return f"{self.wall_time_s:g} s of training per arm (at most {self.iterations} iterations)"
+        return f"{self.iterations} iterations per arm"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    config_path: Path | None  # the base configuration file (None: the built-in defaults)
+    overrides: tuple[str, ...]  # the experiment's, then the arm's own
+    budget: Budget
+
+    def overrides_for(self, seed: int) -> list[str]:
+        """Every override of this arm's run with ``seed``: the budget and the seed come last."""
+        return [
+            *self.overrides,
+            f"loop.iterations={self.budget.iterations}",
+            f"loop.seed={seed}",
+            f"train.seed={seed}",
+        ]
+
+    def config(self, seed: int, evaluation: EvalConfig | None = None) -> RunConfig:
+        """The run configuration of this arm with ``seed`` (raises ``ExperimentError`` naming the arm).
+        An ``evaluation`` with ``every > 0`` replaces the run's in-loop evaluation."""
+        try:
+            config = load_config(self.config_path, self.overrides_for(seed))
+            if evaluation is not None and evaluation.every > 0:
+                config = dataclasses.replace(config, eval=evaluation)
+        except ConfigError as exc:
+            raise ExperimentError(f"arm {self.name!r} (seed {seed}): {exc}") from None
+        return config
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    path: Path  # the experiment file
+    seeds: tuple[int, ...]
+    budget: Budget
+    baseline: str  # the arm every other arm is compared with; "" for none
+    evaluation: EvalConfig
+    arms: tuple[Arm, ...]
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    def resolved(self) -> dict:
+        """Plain data of everything that decides the results: stored in the experiment folder, compared
+        on resume (a folder holding a different experiment is refused)."""
+        return {
+            "format": "spade-rl-experiment/1",
+            "name": self.name,
+            "seeds": list(self.seeds),
+            "budget": dataclasses.asdict(self.budget),
+            "baseline": self.baseline,
+            "eval": to_data(self.evaluation),
+            "arms": {
+                arm.name: {str(seed): to_data(arm.config(seed, self.evaluation)) for seed in self.seeds}
+                for arm in self.arms
+            },
+        }
+
+
+def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
+    """Arms that start from the same model share their start evaluation: the key of that evaluation."""
+    data = {"policy": to_data(config.policy), "eval": to_data(dataclasses.replace(evaluation, every=0))}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file; every arm's configuration is built for every seed."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ExperimentError(f"cannot read the experiment {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"experiment", "eval", "arms"})
+    if unknown:
+        raise ExperimentError(
+            f"{path}: unknown table [{unknown[0]}]; allowed: [experiment], [eval], [arms.NAME]"
+        )
+    head = _table(data.get("experiment", {}), "[experiment]", path)
+    _known(head, EXPERIMENT_KEYS, "[experiment]", path)
+    folder = path.parent
+    name = _get(head, "name", str, path.stem, path)
+    seeds = _get(head, "seeds", list, [0], path)
+    if not seeds or not all(type(s) is int and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ExperimentError(f"{path}: experiment.seeds must be distinct integers >= 0, got {seeds!r}")
+    budget = _budget(head, path)
+    base = _get(head, "base", str, "", path)
+    base_path = _config_file(folder, base, "experiment.base", path) if base else None
+    shared = _overrides(head, "experiment.overrides", path)
+
+    evaluation = _evaluation(data.get("eval", {}), path)
+    arms_data = _table(data.get("arms", {}), "[arms]", path)
+    if not arms_data:
+        raise ExperimentError(f"{path}: no arm; add at least one [arms.NAME] table")
+    arms = []
+    for arm_name, arm_data in arms_data.items():
+        if not ARM_NAME.match(arm_name):
+            raise ExperimentError(
+                f"{path}: arm name {arm_name!r}: letters, digits, '.', '_' and '-' only (64 at most)"
+            )
+        where = f"[arms.{arm_name}]"
+        arm_data = _table(arm_data, where, path)
+        _known(arm_data, ARM_KEYS, where, path)
+        own = _get(arm_data, "config", str, "", path, f"arms.{arm_name}")
+        config_path = _config_file(folder, own, f"arms.{arm_name}.config", path) if own else base_path
+        overrides = (*shared, *_overrides(arm_data, f"arms.{arm_name}.overrides", path))
+        arms.append(Arm(arm_name, config_path, overrides, budget))
+
+    baseline = _get(head, "baseline", str, "fixed-pool" if "fixed-pool" in arms_data else "", path)
+    if baseline and baseline not in arms_data:
+        raise ExperimentError(
+            f"{path}: experiment.baseline {baseline!r} is not an arm; arms: {', '.join(arms_data)} "
+            '(or "" for no baseline)'
+        )
+    experiment = Experiment(name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms))
+    for arm in experiment.arms:
+        for seed in experiment.seeds:
+            arm.config(seed, evaluation)  # every configuration checked before anything runs
+    return experiment
+
+
+def _budget(head: dict, path: Path) -> Budget:
+    iterations = head.get("iterations")
+    wall = head.get("wall_time_s")
+    if (iterations is None) == (wall is None):
+        raise ExperimentError(
+            f"{path}: give the budget as exactly one of experiment.iterations (per arm) or "
+            "experiment.wall_time_s (seconds of training per arm)"
+        )
+    if iterations is not None:
+        if type(iterations) is not int or iterations < 1:
+            raise ExperimentError(
+                f"{path}: experiment.iterations must be an integer >= 1, got {iterations!r}"
+            )
+        if "max_iterations" in head:
+            raise ExperimentError(f"{path}: experiment.max_iterations goes with wall_time_s, not iterations")
+        return Budget(iterations)
+    if type(wall) not in (int, float) or not wall > 0:
+        raise ExperimentError(f"{path}: experiment.wall_time_s must be a positive number, got {wall!r}")
+    cap = _get(head, "max_iterations", int, 10_000, path)
+    if cap < 1:
+        raise ExperimentError(f"{path}: experiment.max_iterations must be at least 1, got {cap}")
+    return Budget(cap, float(wall))
+
+
+def _evaluation(data: Any, path: Path) -> EvalConfig:
+    try:
+        evaluation = build(EvalConfig, _table(data, "[eval]", path), "eval")
+        evaluation.check_suites()
+    except ExperimentError:
+        raise
+    except ConfigError as exc:
+        raise ExperimentError(f"{path}: {exc}") from None
+    return evaluation
+
+
+def _config_file(folder: Path, value: str, key: str, path: Path) -> Path:
+    config = (folder / value).resolve()
+    if not config.is_file():
+        raise ExperimentError(f"{path}: {key} = {value!r}: no such file ({config})")
+    return config
+
+
+def _overrides(table: dict, key: str, path: Path) -> tuple[str, ...]:
+    value = table.get(key.rsplit(".", 1)[-1], [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ExperimentError(f"{path}: {key} must be a list of 'section.key=value' strings, got {value!r}")
+    return tuple(value)
+
+
+def _table(value: Any, where: str, path: Path) -> dict:
+    if not isinstance(value, dict):
+        raise ExperimentError(f"{path}: {where} must be a table, got {value!r}")
+    return value
+
+
+def _known(table: dict, allowed: tuple[str, ...], where: str, path: Path) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ExperimentError(f"{path}: unknown key {unknown[0]!r} in {where}; allowed: {', '.join(allowed)}")
+
+
+def _get(table: dict, key: str, kind: type, default: Any, path: Path, where: str = "experiment") -> Any:
+    value = table.get(key, default)
+    if type(value) is not kind:
+        raise ExperimentError(f"{path}: {where}.{key} must be a {kind.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,260 @@
+"""spade-rl experiment: the example files, the comparison, resume, and refusals of bad files.
+
+The end-to-end test runs experiments/ci-tiny.toml through the command line (the tiny random model,
+two arms, two iterations each) and checks the table and the figure; the comparison's numbers are
+checked on result files written here, where the right answers are known.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade_rl.evaluate.base import ItemResult, SuiteResult
+from spade_rl.evaluate.results import EvalResult
+from spade_rl.experiment import ExperimentError, RunRecord, load_experiment, run_experiment
+from spade_rl.experiment.compare import build_comparison, to_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "experiments"
+
+
+def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "spade_rl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_ci_tiny_experiment_writes_the_table_and_the_figure(tmp_path):
+    out = tmp_path / "exp"
+    done = cli("experiment", str(EXPERIMENTS / "ci-tiny.toml"), "--out", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["baseline"] == "fixed-pool" and comparison["budget"] == "2 iterations per arm"
+    for suite in ("envs", "reasoning_gym"):
+        table = comparison["suites"][suite]
+        assert len(table["base"]) == 1 and table["base"][0]["n"] == 2  # both arms start from one model
+        assert [(r["arm"], r["seed"]) for r in table["rows"]] == [("fixed-pool", 0), ("spade", 0)]
+        fixed, spade = table["rows"]
+        assert fixed["vs_baseline"] is None and spade["vs_baseline"]["test"] == "mcnemar_exact"
+        for row in table["rows"]:
+            assert (
+                row["n"] == 2
+                and row["vs_base"]["comparable"]
+                and row["vs_base"]["flag"]
+                in (
+                    "noise",
+                    "better",
+                    "worse",
+                )
+            )
+    markdown = (out / "comparison.md").read_text()
+    assert "## envs" in markdown and "## reasoning_gym" in markdown and "| vs fixed-pool (pp) |" in markdown
+    assert "| spade | 0 |" in markdown and "| base model | - |" in markdown and "(p 1, noise)" in markdown
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "curves.png").stat().st_size > 20_000
+    assert len(list((out / "start").glob("*.json"))) == 1
+    for arm in ("fixed-pool", "spade"):
+        run_dir = out / "arms" / arm / "seed-0"
+        assert json.loads((run_dir / "done.json").read_text())["iterations"] == 2
+        assert EvalResult.read(run_dir / "end-eval.json").suites["envs"].n == 2
+        assert sorted(p.name for p in (run_dir / "eval").glob("iter-*.json")) == [
+            "iter-0001.json",
+            "iter-0002.json",
+        ]
+    training = {t["arm"]: t for t in comparison["training"]}
+    assert training["fixed-pool"]["designs_proposed"] == 0 and training["spade"]["designs_proposed"] == 4
+    assert "comparison:" in done.stdout and "figure:" in done.stdout
+
+    # Killed in the spade arm's second iteration: the fixed-pool arm is not run again, spade resumes.
+    spade = out / "arms" / "spade" / "seed-0"
+    for name in ("done.json", "end-eval.json", "eval/iter-0002.json"):
+        (spade / name).unlink()
+    shutil.rmtree(spade / "checkpoints" / "iter-0002")
+    lines = (spade / "metrics.jsonl").read_text().splitlines()
+    (spade / "metrics.jsonl").write_text(lines[0] + "\n")
+    fixed_end = (out / "arms" / "fixed-pool" / "seed-0" / "end-eval.json").read_bytes()
+    again = cli("experiment", str(EXPERIMENTS / "ci-tiny.toml"), "--out", str(out))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "arm fixed-pool, seed 0: finished earlier, not run again" in again.stdout
+    assert "arm spade, seed 0: resuming" in again.stdout
+    assert (out / "arms" / "fixed-pool" / "seed-0" / "end-eval.json").read_bytes() == fixed_end
+    resumed = [json.loads(line) for line in (spade / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in resumed] == [1, 2] and json.dumps(resumed[0]) == json.dumps(
+        json.loads(lines[0])
+    )
+    assert (spade / "end-eval.json").exists() and (spade / "eval" / "iter-0002.json").exists()
+
+
+def write_experiment(folder: Path, body: str, name: str = "exp.toml") -> Path:
+    path = folder / name
+    path.write_text(body)
+    return path
+
+
+MINIMAL = """
+[experiment]
+iterations = 1
+overrides = ["policy.model='tiny-random'"]
+[eval]
+suites = ["envs"]
+[arms.a]
+[arms.b]
+overrides = ["design.memory=false"]
+"""
+
+
+def test_bad_experiment_files_are_refused(tmp_path):
+    cases = {
+        MINIMAL.replace("iterations = 1", "iterations = 1\nwall_time_s = 60"): "exactly one of",
+        MINIMAL.replace(
+            "iterations = 1", "iteration = 1"
+        ): r"unknown key 'iteration' in \[experiment\]; allowed:",
+        MINIMAL.replace("[arms.b]", "[arms.b]\nconfigs = 'x.toml'"): r"unknown key 'configs' in \[arms.b\]",
+        MINIMAL.replace(
+            "design.memory=false", "design.memroy=false"
+        ): r"arm 'b' \(seed 0\): unknown key design.memroy",
+        MINIMAL.replace("design.memory=false", "designer.source='none'\", \"pool.reference=[]"): (
+            r"arm 'b' \(seed 0\): designer.source = 'none' trains on the pool alone"
+        ),
+        MINIMAL.replace('[arms.a]\n[arms.b]\noverrides = ["design.memory=false"]\n', ""): "no arm",
+        MINIMAL.replace(
+            "[experiment]", "[experiment]\nbaseline = 'c'"
+        ): r"experiment.baseline 'c' is not an arm",
+        MINIMAL.replace("[experiment]", "[experiment]\nseeds = [0, 0]"): "seeds must be distinct",
+        MINIMAL.replace(
+            "[experiment]", "[experiment]\nbase = 'missing.toml'"
+        ): r"experiment.base = 'missing.toml'",
+        MINIMAL.replace('suites = ["envs"]', 'suites = ["envs"]\noptions = {envs = {episode = 2}}'): (
+            r"eval: unknown option\(s\) \['episode'\] for suite 'envs'"
+        ),
+        MINIMAL + "[extra]\n": r"unknown table \[extra\]",
+        MINIMAL.replace("[arms.a]", "[arms.'a b']"): r"arm name 'a b'",
+    }
+    for body, message in cases.items():
+        with pytest.raises(ExperimentError, match=message):
+            load_experiment(write_experiment(tmp_path, body))
+    spec = load_experiment(write_experiment(tmp_path, MINIMAL))
+    assert [arm.name for arm in spec.arms] == ["a", "b"] and spec.baseline == ""
+    assert spec.arm("b").config(0).design.memory is False
+
+
+def test_a_folder_holding_another_experiment_is_refused(tmp_path):
+    folder = tmp_path / "out"
+    (folder / "experiment.json").parent.mkdir()
+    other = load_experiment(write_experiment(tmp_path, MINIMAL.replace("iterations = 1", "iterations = 2")))
+    (folder / "experiment.json").write_text(json.dumps(other.resolved()))
+    with pytest.raises(
+        ExperimentError, match=r"holds a different experiment \(it differs in arms.a.0.loop.iterations"
+    ):
+        run_experiment(load_experiment(write_experiment(tmp_path, MINIMAL)), folder)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(ExperimentError, match="is not empty and holds no experiment"):
+        run_experiment(load_experiment(write_experiment(tmp_path, MINIMAL)), stray)
+
+
+def test_example_experiments_load():
+    tiny = load_experiment(EXPERIMENTS / "ci-tiny.toml")
+    assert [a.name for a in tiny.arms] == ["fixed-pool", "spade"] and tiny.budget.iterations == 2
+    cpu = load_experiment(EXPERIMENTS / "cpu-default.toml")
+    assert {"fixed-pool", "spade"} <= {a.name for a in cpu.arms} and cpu.baseline == "fixed-pool"
+    assert cpu.arm("fixed-pool").config(0).designer.source == "none"
+    gpu = load_experiment(EXPERIMENTS / "qwen3-gpu.toml")
+    names = {a.name for a in gpu.arms}
+    assert {
+        "fixed-pool",
+        "fixed-designer",
+        "spade",
+        "no-memory",
+        "no-grounding",
+        "no-designer-training",
+    } <= names
+    assert gpu.arm("spade").config(0).loop.plays_per_env == 16
+    assert gpu.arm("no-memory").config(0).design.memory is False
+    assert gpu.arm("fixed-designer").config(0).designer.source == "frozen"
+
+
+# --- the comparison's numbers on known results ------------------------------------------------------
+def result(correct: list[bool], model: str) -> EvalResult:
+    items = [ItemResult(f"q/{i}", c, float(c), "") for i, c in enumerate(correct)]
+    suite = SuiteResult("envs", "v1", items)
+    return EvalResult(model, "fake", 0, len(items), {"temperature": 0.0}, {"envs": suite})
+
+
+def test_comparison_tests_paired_differences_and_flags_noise(tmp_path):
+    spec = load_experiment(
+        write_experiment(tmp_path, MINIMAL.replace("[experiment]", "[experiment]\nbaseline = 'a'"))
+    )
+    start = tmp_path / "start.json"
+    result([True, True] + [False] * 8, "base").write(start)
+    records = []
+    outcomes = {"a": [True, True, True] + [False] * 7, "b": [True] * 9 + [False]}
+    for arm, correct in outcomes.items():
+        run_dir = tmp_path / arm
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_text(
+            json.dumps(
+                {"iteration": 1, "agent/win_rate": 0.25, "designer/proposed": 2, "designer/valid_rate": 0.5}
+            )
+            + "\n"
+        )
+        result(correct, arm).write(run_dir / "end.json")
+        records.append(RunRecord(arm, 0, run_dir, 1, 3.0, "iterations", start, run_dir / "end.json"))
+    comparison = build_comparison(spec, records)
+    a, b = comparison["suites"]["envs"]["rows"]
+    assert comparison["suites"]["envs"]["base"][0]["accuracy"] == pytest.approx(0.2)
+    # a: one item more than the base, paired: McNemar p = 1 -> noise.
+    assert a["vs_base"]["diff"] == pytest.approx(0.1) and a["vs_base"]["flag"] == "noise"
+    assert a["vs_base"]["p_value"] == pytest.approx(1.0) and a["vs_baseline"] is None
+    # b: 7 items right that the base got wrong, none the other way: p = 2 / 2^7 -> better.
+    assert b["vs_base"]["diff"] == pytest.approx(0.7) and b["vs_base"]["p_value"] == pytest.approx(2 / 2**7)
+    assert b["vs_base"]["flag"] == "better"
+    assert b["vs_baseline"]["diff"] == pytest.approx(0.6) and b["vs_baseline"]["p_value"] == pytest.approx(
+        2 / 2**6
+    )
+    assert b["ci"] == pytest.approx([0.596, 0.982], abs=1e-3)  # Wilson, 9 of 10
+    assert (
+        comparison["training"][0]["designs_valid"] == 1 and comparison["training"][0]["designs_proposed"] == 2
+    )
+    markdown = to_markdown(comparison)
+    assert (
+        "| b | 0 | 90.0 | [59.6, 98.2] | 10 | +70.0 (p 0.016, better) | +60.0 (p 0.031, better) |" in markdown
+    )
+    assert "| a | 0 | 30.0 | [10.8, 60.3] | 10 | +10.0 (p 1, noise) |  |" in markdown
+    assert "| base model | - | 20.0 |" in markdown
+
+
+@pytest.mark.slow
+def test_wall_time_budget_stops_each_arm_and_checkpoints_it(tmp_path):
+    body = MINIMAL.replace("iterations = 1", "wall_time_s = 0.001\nmax_iterations = 5").replace(
+        "overrides = [\"policy.model='tiny-random'\"]",
+        "overrides = [\"policy.model='tiny-random'\", 'loop.checkpoint_every=4', 'rollout.max_turns=2',"
+        " 'rollout.max_new_tokens=8', 'design.max_new_tokens=32', \"pool.reference=['arithmetic']\"]",
+    )
+    body = body.replace(
+        'suites = ["envs"]',
+        'suites = ["envs"]\nlimit = 1\nmax_new_tokens = 8\n'
+        "options = {envs = {envs = ['arithmetic'], max_turns = 1}}",
+    )
+    spec = load_experiment(write_experiment(tmp_path, body))
+    outcome = run_experiment(spec, tmp_path / "out")
+    for record in outcome.records:
+        assert (record.iterations, record.stopped_by) == (1, "wall_time")
+        assert (record.run_dir / "checkpoints" / "iter-0001" / "state.json").exists()  # though every=4
+    assert outcome.figure is not None and outcome.figure.exists()
+    assert "1 (wall_time)" in outcome.comparison_md.read_text()

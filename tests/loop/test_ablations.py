@@ -1,0 +1,211 @@
+"""Baselines and ablations as configurations of the loop: each switch changes what the loop does.
+
+Design-level switches (memory, grounding, the hint's author) are checked on ``design_environments``
+with a scripted policy and the real sandbox; loop-level ones (fixed pool, frozen designer, no designer
+training, the designer reward's mode) on one iteration of ``SelfPlay`` with the tiny model as agent
+and scripted designer answers, as in test_selfplay.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from test_selfplay import HANGS, PARITY, SMALL, RoutingPolicy, designer_output
+
+from spade_rl.archive import Archive
+from spade_rl.corpus import Corpus
+from spade_rl.loop.config import ConfigError, load_config
+from spade_rl.loop.designing import DesignPhaseConfig, design_environments
+from spade_rl.loop.run import SelfPlay, frozen_copy
+from spade_rl.policy import FakePolicy, tiny_random_model
+from spade_rl.policy.transformers_backend import TransformersPolicy
+from spade_rl.rewards import plateau
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+
+ONE = [*SMALL, "loop.iterations=1"]
+POOL_ONLY = [*ONE, "rollout.max_turns=1", "pool.reference=[]"]  # one try: the parity env is a coin flip
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+        yield p
+
+
+@pytest.fixture()
+def archive(tmp_path):
+    with Archive(tmp_path / "archive.sqlite") as a:
+        a.add(PARITY, valid=True, reason="ok", skill="math", setting="games", iteration=0, origin="reference")
+        yield a
+
+
+def parity_pool(tmp_path: Path) -> Path:
+    """A JSONL pool holding the parity environment (which the tiny model sometimes wins)."""
+    path = tmp_path / "pool.jsonl"
+    with Archive(tmp_path / "export.sqlite") as source:
+        source.add(
+            PARITY, valid=True, reason="ok", skill="parity", setting="games", iteration=0, hint="Count."
+        )
+        source.export_jsonl(path)
+    return path
+
+
+def spy_updates(run: SelfPlay) -> list:
+    seen: list = []
+    update = run.updater.update
+    run.updater.update = lambda samples: (seen.extend(samples), update(samples))[1]
+    return seen
+
+
+# --- design-level switches -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("memory", "grounding"), [(True, True), (False, True), (True, False)])
+def test_memory_and_grounding_switches_shape_the_designer_prompt(archive, pool, memory, grounding):
+    policy = FakePolicy(lambda chat: designer_output(PARITY.replace("ParityEnv", "OtherEnv")))
+    config = DesignPhaseConfig(n=1, memory=memory, grounding=grounding)
+    [outcome] = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
+    user = policy.calls[0][0][0][1]["content"]
+    assert ("Example 1 [" in user and "class ParityEnv" in user) == memory  # the archive's environment
+    assert ("<document>" in user) == grounding
+    assert (outcome.parents != ()) == memory
+    assert (outcome.document_id is not None) == grounding
+    assert archive.get(outcome.env_id).document_id == outcome.document_id
+    assert outcome.valid
+
+
+@pytest.mark.parametrize("mode", ["inline", "separate"])
+def test_hint_written_by_the_designer_or_by_a_second_call(archive, pool, mode):
+    def script(chat):
+        if chat[0]["content"].startswith("You write short hints"):
+            return "<hint>Count the characters of your answer.</hint>"
+        code = f"```python\n{PARITY.replace('ParityEnv', 'HintedEnv')}```"
+        return code + ("\n<hint>Mind the parity.</hint>" if mode == "inline" else "")
+
+    policy = FakePolicy(script)
+    config = DesignPhaseConfig(n=1, hint_mode=mode)
+    [outcome] = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
+    assert len(policy.calls) == (1 if mode == "inline" else 2)
+    assert ("<hint>" in policy.calls[0][0][0][1]["content"]) == (mode == "inline")
+    expected = "Mind the parity." if mode == "inline" else "Count the characters of your answer."
+    assert archive.get(outcome.env_id).hint == expected
+    assert (outcome.hint_generation is not None) == (mode == "separate")
+
+
+# --- loop-level switches ---------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_fixed_pool_never_calls_the_designer(tmp_path):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [])  # any designer prompt would exhaust this script
+    overrides = [*POOL_ONLY, "designer.source='none'", f"pool.jsonl='{parity_pool(tmp_path)}'"]
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        seen = spy_updates(run)
+        [metrics] = list(run.iterations())
+        [imported] = run.archive.ids(origin="import")
+        played = run.archive.latest_stats()
+    assert policy.designs.calls == []
+    assert metrics["designer/proposed"] == 0 and metrics["samples/designer"] == 0
+    assert seen and {s.role for s in seen} == {"agent"}  # the agent trained on the pool
+    assert set(played) == {imported} and played[imported].iteration == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("train", [True, False])
+def test_designer_training_switch(tmp_path, train):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
+    overrides = [*ONE, f"designer.train={str(train).lower()}", "pool.reference=[]"]
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        seen = spy_updates(run)
+        [metrics] = list(run.iterations())
+    assert metrics["designer/reasons"] == {"ok": 1, "timeout": 1}  # the designer was asked all the same
+    designer_samples = [s for s in seen if s.role == "designer"]
+    if train:
+        assert designer_samples and metrics["samples/designer"] == 2
+    else:
+        assert designer_samples == [] and metrics["samples/designer"] == 0
+        assert metrics["samples/designer_untrained"] == 2  # rewarded (a valid and a timed-out design), unused
+
+
+@pytest.mark.slow
+def test_frozen_designer_designs_and_is_never_trained(tmp_path):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [])  # the trained policy is never asked to design
+    designer = FakePolicy([designer_output(PARITY)] * 2, tokenizer=tokenizer)  # e.g. an endpoint
+    overrides = [*ONE, "designer.source='frozen'", "pool.reference=[]"]
+    with SelfPlay(
+        load_config(None, overrides), tmp_path / "run", policy=policy, designer_policy=designer
+    ) as run:
+        seen = spy_updates(run)
+        [metrics] = list(run.iterations())
+        origins = {run.archive.get(i).origin for i in run.archive.ids(valid=True)}
+    assert len(designer.calls) == 1 and policy.designs.calls == []
+    assert metrics["designer/proposed"] == 2 and origins == {"designer"}
+    assert seen and all(s.role == "agent" for s in seen)
+
+
+@pytest.mark.slow
+def test_frozen_copy_keeps_the_starting_weights(tmp_path):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = TransformersPolicy(model, tokenizer)
+    overrides = [
+        *ONE,
+        "designer.source='frozen'",
+        "pool.reference=[]",
+        f"pool.jsonl='{parity_pool(tmp_path)}'",
+    ]
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        frozen = run.designer_policy.model
+        assert frozen is not model and not any(p.requires_grad for p in frozen.parameters())
+        [metrics] = list(run.iterations())
+    assert "train/loss" in metrics  # the agent was updated...
+    assert any(not (start[k] == v).all() for k, v in model.state_dict().items())
+    assert all((start[k] == v).all() for k, v in frozen.state_dict().items())  # ...the designer not
+
+
+def test_frozen_copy_needs_an_in_process_model():
+    with pytest.raises(ConfigError, match=r"\[designer.policy\]"):
+        frozen_copy(FakePolicy(["x"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["regret", "band"])
+def test_designer_reward_mode_reaches_the_designer(tmp_path, mode):
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
+    overrides = [*ONE, f"rewards.mode='{mode}'", "rewards.progress_bonus=0.0", "pool.reference=[]"]
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        [metrics] = list(run.iterations())
+        [valid] = run.archive.ids(valid=True, origin="designer")
+        stats = run.archive.latest_stats([valid])[valid].stats
+    expected = stats.regret if mode == "regret" else plateau(stats.win_rate_nohint)
+    assert metrics["designer/reward_mean"] == pytest.approx((expected + -0.5) / 2)  # -0.5: the timeout
+
+
+def test_switches_are_validated_before_anything_runs(tmp_path):
+    cases = {
+        "designer.source='human'": r"designer.source 'human'; allowed: \['policy', 'frozen', 'none'\]",
+        "designer.train='no'": r"designer.train must be true or false",
+        "design.memory=1": r"design.memory must be true or false",
+        "design.grounding='off'": r"design.grounding must be true or false",
+        "pool.reference=['chess']": r"unknown reference environment\(s\) \['chess'\]; allowed: \['guess'",
+        "pool.jsonl='missing.jsonl'": r"pool.jsonl: no such file",
+        "pool.reasoning_gym=['no_such_task']": r"unknown Reasoning Gym task\(s\) \['no_such_task'\]; known",
+        "pool.reasoning_gym_items=0": r"reasoning_gym_items must be at least 1",
+        "designer.policy.backend='openai'": r"designer.policy is only used with designer.source = 'frozen'",
+        "designer.colour='red'": r"unknown key designer.colour; allowed keys of \[designer\]: policy, source",
+        "rewards.mode='mixed'": r"designer reward mode 'mixed' is not one of \['blend', 'regret', 'band'\]",
+    }
+    for override, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [override])
+    with pytest.raises(ConfigError, match=r"\[pool\] adds nothing"):
+        load_config(None, ["designer.source='none'", "pool.reference=[]"])
+    # Without designer training the update needs no room for a designer group.
+    assert (
+        load_config(None, ["designer.source='none'", "loop.envs_per_iteration=3"]).loop.envs_per_iteration
+        == 3
+    )
+    with pytest.raises(ConfigError, match="rows"):
+        load_config(None, ["loop.envs_per_iteration=3"])
