@@ -247,6 +247,16 @@ def test_multi_turn_needs_every_turn(pool):
     assert all(r.detail["stop"] == "done" and r.detail["reason"] == "checker" for r in results)
 
 
+def test_long_tool_results_are_cut_for_the_model_not_for_the_checker(pool):
+    entries = select(load_category("multi_turn_base"), 8, 4, "multi_turn_base")
+    policy = replay_policy(entries, ground_truth)
+    results = BFCLSuite(max_tool_response_chars=12).run_entries(policy, ctx_for(pool), entries)
+    assert all(r.correct for r in results)
+    shown = [m["content"] for chats, _ in policy.calls for chat in chats for m in chat]
+    responses = [c for c in shown if c.startswith("<tool_response>")]
+    assert responses and any("characters cut]</tool_response>" in c for c in responses)
+
+
 # --- garbage and hostile output -------------------------------------------------------------------
 GARBAGE = [
     "",

@@ -123,6 +123,8 @@ def test_answer_forms_are_read_sensibly():
     assert extract_code(blocks, "has_close_elements").startswith(problem["prompt"])
     assert extract_code("```\nx = 1\n```", "f") == "x = 1\n"
     assert build_program(problem, "   \n")[2] == "empty"
+    cut_off = "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < (\n"
+    assert build_program(problem, cut_off)[1:] == (cut_off[10:], "function")  # kept whole; it will fail
 
 
 def test_selection_is_seeded_and_options_checked(pool):

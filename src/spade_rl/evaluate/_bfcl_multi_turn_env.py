@@ -1,15 +1,16 @@
 """BFCL's simulated APIs and multi-turn checker as a sandbox runner. Never imported in the caller.
 
     entry = {"id": "multi_turn_base_0", "initial_config": {...}, "involved_classes": ["GorillaFileSystem"]}
-    execute = {"op": "execute", "history": [[["cd", {"folder": "document"}]]], "calls": [["ls", {}]]}
+    execute = {"op": "execute", "history": [[["cd", {"folder": "a"}]]], "calls": [["ls", {}]], "max_chars": 9}
     check = {"op": "check", "turns": [[[["cd", {"folder": "document"}]]], ...], "ground_truth": [[...], ...]}
     run_jobs(pool, MULTI_TURN_SOURCE, [Job(json.dumps(execute), {"entry": entry})], timeout_s=10)
 
 ``spade_rl.evaluate.bfcl`` reads this file as text and the sandbox pool loads it in a worker (see
 ``_sandbox_jobs.py``). Each job is one instance: ``execute`` replays the episode's earlier steps on
 fresh simulated APIs (BFCL's classes, from the entry's initial state) and returns the results of the
-new calls (one string each, BFCL's text for errors); ``check`` runs BFCL's ``multi_turn_checker`` on
-every turn's steps against the ground truth (it re-executes both itself) and returns its verdict.
+new calls (one string each, BFCL's text for errors, cut to ``max_chars``); ``check`` runs BFCL's
+``multi_turn_checker`` on every turn's steps against the ground truth (it re-executes both itself)
+and returns its verdict.
 
 Calls are turned into the text BFCL evaluates (``name(key=repr(value), ...)``, as its
 ``convert_to_function_call`` does for function-calling models) only when ``name`` is one of the
@@ -31,6 +32,7 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
 MAX_TEXT_CHARS = 4000
+MAX_RESULT_CHARS = 8000  # each call's result sent back (to the model) is cut to this, unless asked
 _SESSIONS = itertools.count()
 
 
@@ -80,7 +82,9 @@ class BfclMultiTurnEnv:
         if request.get("op") == "execute":
             for calls in request["history"]:
                 self._execute(calls)
-            return json.dumps(self._execute(request["calls"])), 0.0, False, False, {}
+            limit = int(request.get("max_chars", MAX_RESULT_CHARS))
+            results = [_cut(r, limit) for r in self._execute(request["calls"])]
+            return json.dumps(results), 0.0, False, False, {}
         if request.get("op") == "check":
             verdict = self._check(request["turns"], request["ground_truth"])
             return json.dumps(verdict), 1.0 if verdict["valid"] else 0.0, True, False, {}
@@ -141,6 +145,10 @@ class BfclMultiTurnEnv:
             "error_message": str(verdict.get("error_message", ""))[:MAX_TEXT_CHARS],
             "details": _text({k: v for k, v in verdict.items() if k not in ("valid", "error_type")}),
         }
+
+
+def _cut(text, limit):
+    return text if len(text) <= limit else text[:limit] + f"[... {len(text) - limit} characters cut]"
 
 
 def _text(value):

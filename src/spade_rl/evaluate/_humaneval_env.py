@@ -21,7 +21,8 @@ class HumanEvalRunEnv:
         return "HumanEval runner: step with a whole program.", {}
 
     def step(self, action):
-        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        # Not "__main__": a stray `if __name__ == "__main__":` block of the answer does not run.
+        namespace = {"__name__": "__humaneval__", "__builtins__": __builtins__}
         try:
             exec(compile(action, "<humaneval>", "exec"), namespace)  # noqa: S102 - this runs in the sandbox
         except BaseException as exc:  # noqa: BLE001 - SystemExit and friends fail the program too

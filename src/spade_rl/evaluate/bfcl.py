@@ -217,14 +217,14 @@ class BFCLSuite(Suite):
 
     def _execute(self, ctx: EvalContext, calling: list[tuple[_Episode, list[tuple[str, dict]]]]) -> None:
         """Run each episode's new calls on its simulated APIs (replaying its earlier steps first)."""
+        cut = self.options["max_tool_response_chars"]  # the runner cuts each result, saying so
         jobs = [
             Job(
-                json.dumps({"op": "execute", "history": e.history(), "calls": calls}),
+                json.dumps({"op": "execute", "history": e.history(), "calls": calls, "max_chars": cut}),
                 {"entry": e.entry_json()},
             )
             for e, calls in calling
         ]
-        cut = self.options["max_tool_response_chars"]
         for (episode, calls), result in zip(
             calling, run_jobs(ctx.pool, MULTI_TURN_SOURCE, jobs, self.options["timeout_s"]), strict=True
         ):
@@ -236,9 +236,7 @@ class BFCLSuite(Suite):
             episode.messages.append(
                 {
                     "role": "user",
-                    "content": "\n".join(
-                        f"<tool_response>{clip(out, cut)}</tool_response>" for out in outputs
-                    ),
+                    "content": "\n".join(f"<tool_response>{out}</tool_response>" for out in outputs),
                 }
             )
             if len(episode.turns[-1]) > self.options["max_steps_per_turn"]:

