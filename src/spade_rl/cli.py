@@ -544,6 +544,14 @@ def run(
     if resume is not None and out is not None and resume != out:
         raise _fail("give either --resume RUN_DIR or --out RUN_DIR, not both")
     run_dir = resume or out or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
+    from spade_rl.loop.distributed import is_follower, run_follower_from_cli
+
+    if is_follower():  # a non-main process of `accelerate launch`: it only trains its share
+        try:
+            run_follower_from_cli(config, list(overrides or []), run_dir, resume is not None)
+        except (ConfigError, PolicyError) as exc:
+            raise _fail(str(exc)) from None
+        return
     try:
         with console.status("starting: model, sandbox, archive"):
             selfplay = open_run(config, list(overrides or []), run_dir, resume is not None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 import types
 import typing
@@ -265,13 +266,22 @@ class RunConfig:
         designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
         if not self.designer.trains:
             designer_blocks = 0  # no designer sample reaches the update
-        needed = group * (loop.envs_per_iteration + designer_blocks)
-        if train.rows_per_update < needed:
+        # Under `accelerate launch` each of WORLD_SIZE processes trains whole groups (loop/distributed.py).
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
+        if train.rows_per_update < group * blocks:
             raise ConfigError(
                 f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
-                f"{train.rows_per_update} rows, but an iteration can bring {needed} (blocks of "
-                f"num_generations={group} for {loop.envs_per_iteration} environments and {designer_blocks} "
-                "designer group(s)): raise the batch or accumulation, or play fewer environments"
+                f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
+                f"each of {processes} process(es) (blocks of num_generations={group} for "
+                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s)): raise the "
+                "batch or accumulation, or play fewer environments"
+            )
+        frozen = self.designer.policy
+        if frozen is not None and frozen.backend == "servers" and frozen.servers.weight_sync != "none":
+            raise ConfigError(
+                "designer.policy is never trained: its servers take no weights "
+                "(set designer.policy.servers.weight_sync = 'none')"
             )
         if (
             abs(train.temperature - self.rollout.temperature) > 1e-9

@@ -102,17 +102,13 @@ class SelfPlay:
                 )
             save_config(config, self.run_dir / "config.json")
         self.policy = policy if policy is not None else make_policy(config.policy)
-        if getattr(self.policy, "model", None) is None:
-            raise ConfigError(
-                f"training needs a policy that holds its model in process (the transformers backend); "
-                f"{config.policy.backend!r} does not"
-            )
         # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
         self.designer_policy = self._make_designer(designer_policy)
         self._eval_pool_owned: SandboxPool | None = None
-        from spade_rl.train import GRPOUpdater  # torch and trl load here
+        # In process, through vLLM servers kept in step, or not at all (inference-only): loop/updating.py.
+        from spade_rl.loop.updating import make_updater  # torch and trl load here
 
-        self.updater = GRPOUpdater.for_policy(self.policy, config.train)
+        self.updater = make_updater(config, self.policy)
         # Where environments are validated and played: here, or on Ray actors ([executor]).
         self.executor = make_executor(config.executor, config.sandbox)
         self.executor.start()

@@ -46,7 +46,8 @@ exactly 1 on-policy). On a GPU give the trainer float32 weights: ``bf16`` is aut
 weights would round steps of lr 1e-6 away. Building the updater runs TRL's ``set_seed(seed)`` on the
 global RNGs. A separate inference engine (``VLLMPolicy``, or a server) does not see the update: pass
 ``after_step`` and push :meth:`GRPOUpdater.merged_weights` into it there (not exercised without a GPU).
-Several processes (``accelerate launch``) get one updater each and hand each its own samples; untested.
+Several processes (``accelerate launch``) get one updater each and hand each its own samples, whole groups
+(``spade_rl.loop.distributed``).
 """
 
 from __future__ import annotations
@@ -231,7 +232,8 @@ class GRPOUpdater:
 
     @property
     def rows_per_update(self) -> int:
-        return self.trainer.args.generation_batch_size
+        """Rows of one update on this process (TRL's generation batch counts the rows of every process)."""
+        return self.trainer.args.generation_batch_size // self.trainer.accelerator.num_processes
 
     @property
     def model(self) -> Any:

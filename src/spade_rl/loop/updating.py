@@ -1,0 +1,264 @@
+"""How the loop's policy gets updated, wherever it generates: in process, on vLLM servers, or not at all.
+
+    updater = make_updater(config, policy)       # what SelfPlay calls; then update / save / load / close
+    metrics = updater.update(samples)
+
+Which updater (:func:`make_updater`), by ``[policy]`` backend:
+
+- ``transformers`` (or any policy holding its model in process): ``GRPOUpdater`` trains that very model, so
+  the next generation uses the new weights with no copy at all;
+- ``servers`` with ``servers.weight_sync = "nccl"`` or ``"disk"``: the trainer loads its own copy of
+  ``policy.model`` (the servers must serve the same one) with the ``[policy.transformers]`` device and dtype,
+  and :class:`SyncingUpdater` pushes its weights to every server once at start (or after a checkpoint is
+  loaded), and after every optimiser step (``sync/...`` and ``time/sync_s`` metrics), through
+  :mod:`spade_rl.policy.weight_sync`. Before anything runs, every server is checked: development mode, a
+  weight-transfer engine for ``nccl``, and, with ``train.old_logprobs = "sampling"``, log-probs of the
+  tempered distribution (``--logprobs-mode processed_logprobs``);
+- ``servers`` with ``weight_sync = "none"``: :class:`InferenceOnlyUpdater`. The run designs, validates,
+  plays, rewards and archives, but never updates anything (the servers' weights cannot follow an update,
+  so training a local copy would only drift from what generates). It says so in a warning at start, in
+  every update's metrics (``train/inference_only = 1``, ``train/skipped = 1``) and in ``config.json``
+  (``weight_sync = "none"``). This is the mode of a fixed external model, e.g. a baseline whose environments
+  all come from one frozen designer (to freeze only the designer while the agent trains, see
+  ``[designer] source = "frozen"``);
+- ``openai`` and ``vllm``: refused, with what to use instead (an OpenAI chat endpoint cannot continue a
+  token sequence, which the multi-turn rollouts need; the in-process vLLM engine has no weight sync here).
+
+Under ``accelerate launch`` with several processes, :mod:`spade_rl.loop.distributed` wraps the updater so
+that every process trains its share of each update. The weights a sync sends come from
+:func:`trainer_weights`, which gathers them one tensor at a time when DeepSpeed ZeRO-3 or FSDP2 shards them
+(every process then takes part; only the main one sends), the way TRL 1.16's ``VLLMGeneration`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spade_rl.loop.config import ConfigError, RunConfig
+from spade_rl.policy import Policy, PolicyError
+from spade_rl.policy.weight_sync import TensorSpec, WeightSync, make_weight_sync
+
+if TYPE_CHECKING:
+    from spade_rl.train import GRPOUpdater, Sample
+
+log = logging.getLogger(__name__)
+
+_INFERENCE_ONLY_FILE = "inference_only.json"
+
+
+class InferenceOnlyUpdater:
+    """An updater that never updates: the run generates with weights that cannot follow a training step."""
+
+    inference_only = True
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.step = 0
+        log.warning("INFERENCE-ONLY RUN: %s; no update will be made (train/inference_only = 1)", reason)
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        log.info("inference-only: %d samples not trained on", len(samples))
+        return {"train/skipped": 1.0, "train/inference_only": 1.0}
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / _INFERENCE_ONLY_FILE).write_text(json.dumps({"inference_only": True, "reason": self.reason}))
+        return path
+
+    def load(self, directory: str | Path) -> None:
+        if not (Path(directory) / _INFERENCE_ONLY_FILE).is_file():
+            raise ConfigError(
+                f"{directory} is the checkpoint of a training run; it cannot be resumed as inference-only "
+                "(set policy.servers.weight_sync back to what the run was started with)"
+            )
+
+    def close(self) -> None:
+        pass
+
+
+class SyncingUpdater:
+    """A ``GRPOUpdater`` whose weights go to vLLM servers at start, after ``load`` and after every step.
+
+    ``sync`` is ``None`` on the non-main processes of a distributed run: they only take part in gathering
+    sharded weights (``gather_only``), the main process sends them."""
+
+    inference_only = False
+
+    def __init__(self, updater: GRPOUpdater, sync: WeightSync | None, *, gather_only: bool = False) -> None:
+        self.updater = updater
+        self.sync = sync
+        self.gather_only = gather_only
+        self.last_push: dict[str, float] = {}
+        self.push()
+
+    @property
+    def step(self) -> int:
+        return self.updater.step
+
+    @property
+    def trainer(self) -> Any:
+        return self.updater.trainer
+
+    @property
+    def filler_token_id(self) -> int:
+        return self.updater.filler_token_id
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        metrics = self.updater.update(samples)
+        metrics.update(self.push())
+        return metrics
+
+    def push(self) -> dict[str, float]:
+        """Send the current weights as version ``step-N`` (or gather them for the main process)."""
+        if self.sync is None and not self.gather_only:
+            return {}
+        with trainer_weights(self.updater) as (specs, tensors):
+            if self.sync is None:
+                for _ in tensors:  # take part in the gather collectives; the main process sends
+                    pass
+                return {}
+            self.last_push = self.sync.push(specs, tensors, version=f"step-{self.step}")
+        return self.last_push
+
+    def save(self, directory: str | Path) -> Path:
+        return self.updater.save(directory)
+
+    def load(self, directory: str | Path) -> None:
+        self.updater.load(directory)
+        self.push()  # the servers still hold the weights of before the checkpoint
+
+    def close(self) -> None:
+        try:
+            self.updater.close()
+        finally:
+            if self.sync is not None:
+                self.sync.close()
+
+
+@contextlib.contextmanager
+def trainer_weights(updater: GRPOUpdater) -> Iterator[tuple[list[TensorSpec], Iterator[tuple[str, Any]]]]:
+    """The trained weights as an inference engine loads them: announcements first (no gathering), then the
+    tensors one at a time, under Hugging Face names, tied weights once, LoRA merged in for the duration.
+
+    Under DeepSpeed ZeRO-3 each parameter is gathered as it is read (with LoRA, all of them, to merge);
+    under FSDP2 each is all-gathered with ``full_tensor()``; both are collectives, so every process must
+    consume the stream. FSDP1 is refused (its per-module traversal is not implemented here)."""
+    from trl.distributed import DistributedBackend
+
+    trainer = updater.trainer
+    dist = DistributedBackend(trainer.accelerator)
+    if dist.fsdp_version == 1:
+        raise ConfigError(
+            "weight sync under FSDP1 is not supported: use fsdp_version: 2 (configs/accelerate)"
+        )
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    lora = hasattr(model, "merge_adapter")
+    if not lora:
+        named = [(_vllm_name(name), p) for name, p in model.named_parameters()]
+        yield [TensorSpec(name, _full_shape(p)) for name, p in named], _gathered(named, dist)
+        return
+    with dist.gather_params(list(model.parameters())):
+        model.merge_adapter()
+        try:
+            named = [
+                (_vllm_name(name.removeprefix("base_model.model.").replace(".base_layer", "")), p)
+                for name, p in model.named_parameters()
+                if model.prefix not in name and "original_module" not in name
+            ]
+            named = [(name.replace("modules_to_save.default.", ""), p) for name, p in named]
+            yield [TensorSpec(name, _full_shape(p)) for name, p in named], _full(named)
+        finally:
+            model.unmerge_adapter()
+
+
+def _vllm_name(name: str) -> str:
+    return name.replace("_checkpoint_wrapped_module.", "")
+
+
+def _full_shape(param: Any) -> tuple[int, ...]:
+    shape = getattr(param, "ds_shape", None)  # ZeRO-3 keeps an empty placeholder and the real shape here
+    return tuple(shape if shape is not None else param.shape)
+
+
+def _full(named: list[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    for name, param in named:
+        full = getattr(param, "full_tensor", None)  # an FSDP2 DTensor: all-gather it
+        yield name, full() if callable(full) else param.data
+
+
+def _gathered(named: list[tuple[str, Any]], dist: Any) -> Iterator[tuple[str, Any]]:
+    if not dist.is_zero3:
+        yield from _full(named)
+        return
+    for name, param in named:
+        with dist.gather_params([param]):
+            tensor = param.data.detach().clone()  # kept once the parameter is partitioned again
+        yield name, tensor
+
+
+def load_trainer_model(config: RunConfig, device: str | None = None) -> tuple[Any, Any]:
+    """The trainer's own copy of ``policy.model`` (``[policy.transformers]`` device and dtype; ``device``
+    overrides the device, as each process of a distributed run takes its own GPU)."""
+    import torch
+
+    from spade_rl.policy.models import load_pretrained
+
+    settings = config.policy.transformers
+    if device is None:
+        device = settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+    return load_pretrained(config.policy.model, device=device, dtype=settings.dtype)
+
+
+def make_updater(config: RunConfig, policy: Policy, *, device: str | None = None) -> Any:
+    """The updater of a run whose policy is ``policy`` (see the module docstring); in a distributed run,
+    the main process's (the others run :func:`spade_rl.loop.distributed.run_follower`)."""
+    from spade_rl.loop.distributed import Processes, wrap_for_processes
+    from spade_rl.policy.servers import ServerPolicy
+    from spade_rl.train import GRPOUpdater
+
+    processes = Processes.from_env()
+    processes.check(config)
+    if isinstance(policy, ServerPolicy):
+        servers = policy.config
+        if servers.weight_sync == "none":
+            return InferenceOnlyUpdater(
+                f"policy.servers.weight_sync = 'none': the {len(policy.roots)} server(s) keep their weights"
+            )
+        model, tokenizer = load_trainer_model(config, processes.device(config) if device is None else device)
+        _check_same_tokenizer(tokenizer, policy.tokenizer, config.policy.model)
+        sync = make_weight_sync(servers, api_key=policy.api_key, device=next(model.parameters()).device)
+        assert sync is not None
+        try:
+            sync.check(processed_logprobs=config.train.old_logprobs == "sampling")
+        except PolicyError as error:
+            raise ConfigError(str(error)) from error
+        inner: Any = SyncingUpdater(GRPOUpdater(model, tokenizer, config.train), sync)
+    elif hasattr(getattr(policy, "model", None), "parameters"):
+        inner = GRPOUpdater.for_policy(policy, config.train)
+    else:
+        backend = config.policy.backend
+        advice = {
+            "openai": "an OpenAI chat endpoint cannot continue the rollouts' token sequences; serve the "
+            "model with vLLM and use backend = 'servers' (weight_sync = 'none' for an inference-only run)",
+            "vllm": "the in-process vLLM engine has no weight sync here; run `vllm serve` (or `trl "
+            "vllm-serve`) and use backend = 'servers' with weight_sync = 'nccl' or 'disk'",
+        }.get(backend, "use backend = 'transformers', or 'servers'")
+        raise ConfigError(f"a self-play run cannot train a {type(policy).__name__} ({backend!r}): {advice}")
+    return wrap_for_processes(inner, processes, config)
+
+
+def _check_same_tokenizer(trainer: Any, serving: Any, model: str | None) -> None:
+    if len(trainer) != len(serving) or trainer.eos_token_id != serving.eos_token_id:
+        raise ConfigError(
+            f"the trainer's model {model or '(default)'} has a tokenizer of {len(trainer)} tokens (end "
+            f"{trainer.eos_token_id}), the servers' prompts are rendered with one of {len(serving)} (end "
+            f"{serving.eos_token_id}): policy.model must be the model the servers serve"
+        )

@@ -1,0 +1,371 @@
+"""Generation on vLLM servers kept in step with the trainer, inference-only runs, and several processes.
+
+The servers are loopback stand-ins for vLLM (spade_rl.policy.fake_vllm) serving copies of the tiny model;
+the NCCL data plane is a loopback object. What only a GPU can check (vLLM itself, NCCL, several GPUs) is in
+tests/gpu and bench/gpu_check.sh.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from spade_rl.loop.config import ConfigError, load_config
+from spade_rl.loop.distributed import Processes, split_for_processes
+from spade_rl.loop.run import SelfPlay
+from spade_rl.loop.updating import InferenceOnlyUpdater, make_updater, trainer_weights
+from spade_rl.policy import FakePolicy, ServersConfig, tiny_random_model
+from spade_rl.policy.fake_vllm import FakeVLLMServer, LoopbackTransport
+from spade_rl.policy.servers import ServerPolicy
+from spade_rl.policy.transformers_backend import TransformersPolicy
+from spade_rl.train import Sample
+
+PARITY = '''
+class ParityEnv:
+    """Win when the seed plus the length of the action is even."""
+
+    def __init__(self, max_turns=2):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        self.seed = 0 if seed is None else seed
+        self.turn = 0
+        return "Say something of the right length.", {}
+
+    def step(self, action):
+        self.turn += 1
+        won = (self.seed + len(action)) % 2 == 0
+        if won:
+            return "yes", 1.0, True, False, {}
+        return "no", 0.0, False, self.turn >= self.max_turns, {}
+
+    def solution(self):
+        return ["xx" if self.seed % 2 == 0 else "x"]
+'''
+DESIGN = f"```python\n{PARITY}```\n<hint>Count the characters.</hint>"
+SMALL = [
+    "loop.iterations=2",
+    "loop.designs_per_iteration=2",
+    "loop.envs_per_iteration=2",
+    "loop.plays_per_env=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "design.max_new_tokens=2048",
+    "sandbox.call_timeout_s=0.5",
+    "design.validation.call_timeout_s=0.5",
+    "train.learning_rate=1e-3",
+]
+
+
+class RoutingServerPolicy(ServerPolicy):
+    """The servers play; designer prompts get scripted answers (with real token ids)."""
+
+    def __init__(self, config: ServersConfig, tokenizer: Any, designs: list[str]) -> None:
+        super().__init__(config, tokenizer=tokenizer)
+        self.designs = FakePolicy(designs, tokenizer=tokenizer)
+
+    def generate(self, chats: Any, settings: Any) -> Any:
+        if chats and chats[0][0]["content"].startswith("You design executable"):
+            return self.designs.generate(chats, settings)
+        return super().generate(chats, settings)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as a folder: what policy.model names, and what the servers serve."""
+    model, tokenizer = tiny_random_model(seed=0)
+    folder = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def servers(tiny_dir: Path) -> Iterator[list[FakeVLLMServer]]:
+    from spade_rl.policy.models import load_pretrained
+
+    model, tokenizer = load_pretrained(str(tiny_dir))
+    transport = LoopbackTransport()
+    made = [
+        FakeVLLMServer(
+            TransformersPolicy(copy.deepcopy(model), tokenizer), transport=transport, timeout_s=30
+        ).start()
+        for _ in range(2)
+    ]
+    try:
+        yield made
+    finally:
+        for server in made:
+            server.stop()
+
+
+def servers_overrides(servers: list[FakeVLLMServer], tiny_dir: Path, sync: str, *extra: str) -> list[str]:
+    urls = ", ".join(f"'{s.base_url}'" for s in servers)
+    return [
+        *SMALL,
+        "policy.backend='servers'",
+        f"policy.model='{tiny_dir}'",
+        f"policy.servers.base_urls=[{urls}]",
+        f"policy.servers.weight_sync='{sync}'",
+        "policy.servers.max_retries=0",
+        *extra,
+    ]
+
+
+def same_weights(model: Any, other: Any) -> bool:
+    theirs = dict(other.named_parameters())
+    return all(torch.equal(p, theirs[n]) for n, p in model.named_parameters())
+
+
+@pytest.mark.slow
+def test_selfplay_on_two_servers_pushes_the_weights_after_every_update(
+    servers: list[FakeVLLMServer], tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = servers[0].transport
+    monkeypatch.setattr("spade_rl.policy.weight_sync.VLLMNCCLTransport", lambda device=None: transport)
+    config = load_config(None, servers_overrides(servers, tiny_dir, "nccl"))
+    policy = RoutingServerPolicy(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 4)
+    with SelfPlay(config, tmp_path / "run", policy=policy) as run:
+        trainer = run.updater.trainer.model
+        assert not any(p is q for p in trainer.parameters() for q in servers[0].policy.model.parameters())
+        assert [s.routes().count("/finish_weight_update") for s in servers] == [1, 1]  # pushed at start
+        metrics = list(run.iterations())
+        updates = [m for m in metrics if "train/loss" in m]
+        assert updates, "no iteration trained: the test needs an update"
+        for m in updates:
+            assert m["sync/tensors"] == len(list(trainer.parameters())) and m["time/sync_s"] > 0
+        for server in servers:
+            assert same_weights(trainer, server.policy.model)  # the servers hold the trained weights
+            assert server.routes().count("/init_weight_transfer_engine") == 1
+            assert server.routes().count("/finish_weight_update") == 1 + len(updates)
+            assert server.weight_version == f"step-{run.updater.step}"
+            assert server.prefix_cache_resets == 1 + len(updates)
+        plays = sum(route == "/v1/completions" for s in servers for route, _ in s.calls)
+        assert plays > 0 and all(any(r == "/v1/completions" for r, _ in s.calls) for s in servers)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["policy"]["backend"] == "servers" and saved["policy"]["servers"]["weight_sync"] == "nccl"
+
+
+@pytest.mark.slow
+def test_inference_only_run_says_so_and_never_updates(
+    servers: list[FakeVLLMServer], tiny_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(None, servers_overrides(servers, tiny_dir, "none", "loop.iterations=1"))
+    policy = RoutingServerPolicy(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 2)
+    before = {n: p.detach().clone() for n, p in servers[0].policy.model.named_parameters()}
+    with caplog.at_level(logging.WARNING), SelfPlay(config, tmp_path / "run", policy=policy) as run:
+        assert isinstance(run.updater, InferenceOnlyUpdater)
+        [metrics] = list(run.iterations())
+    assert any(
+        "INFERENCE-ONLY RUN" in r.getMessage() and "weight_sync = 'none'" in r.getMessage()
+        for r in caplog.records
+    )
+    assert metrics["train/skipped"] == 1.0
+    assert metrics.get("train/inference_only", 1.0) == 1.0 and "train/loss" not in metrics
+    for server in servers:
+        assert server.routes() == []  # no server_info, no weight routes: nothing was pushed
+    assert all(torch.equal(p, before[n]) for n, p in servers[0].policy.model.named_parameters())
+    checkpoint = tmp_path / "run" / "checkpoints" / "iter-0001" / "updater"
+    assert json.loads((checkpoint / "inference_only.json").read_text())["inference_only"] is True
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["train/skipped"] == 1.0
+
+
+def test_an_inference_only_updater_refuses_a_training_checkpoint(tmp_path: Path) -> None:
+    updater = InferenceOnlyUpdater("test")
+    assert updater.update([]) == {"train/skipped": 1.0, "train/inference_only": 1.0}
+    updater.load(updater.save(tmp_path / "ok"))
+    (tmp_path / "trained").mkdir()
+    with pytest.raises(
+        ConfigError, match="checkpoint of a training run; it cannot be resumed as inference-only"
+    ):
+        updater.load(tmp_path / "trained")
+
+
+def test_backends_that_cannot_train_are_refused_with_what_to_use() -> None:
+    for backend, message in [
+        ("openai", "OpenAI chat endpoint cannot continue the rollouts' token sequences"),
+        ("vllm", "in-process vLLM engine has no weight sync here; run `vllm serve`"),
+    ]:
+        config = load_config(None, [f"policy.backend='{backend}'"])
+        with pytest.raises(ConfigError, match=message):
+            make_updater(config, FakePolicy(["x"]))
+
+
+def test_processes_from_the_launch_environment() -> None:
+    assert Processes.from_env({}) == Processes()
+    env = {"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0", "ACCELERATE_USE_FSDP": "true"}
+    assert Processes.from_env(env) == Processes(world_size=4, rank=2, local_rank=0, sharding="fsdp")
+    zero = {"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}
+    assert Processes.from_env(zero).sharding == "zero3"
+    zero["ACCELERATE_DEEPSPEED_ZERO_STAGE"] = "2"
+    assert Processes.from_env(zero).sharding == "none"
+    assert Processes.from_env({"WORLD_SIZE": "2", "ACCELERATE_USE_CPU": "True"}).cpu
+
+
+def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
+    transformers = load_config(None, [])
+    servers = load_config(
+        None,
+        ["policy.backend='servers'", "policy.servers.weight_sync='disk'", "policy.servers.sync_dir='/tmp/x'"],
+    )
+    inference_only = load_config(None, ["policy.backend='servers'"])
+    Processes().check(inference_only)  # one process: anything goes
+    Processes(world_size=2, sharding="none").check(transformers)  # DDP / ZeRO-2: generate in process
+    Processes(world_size=2, sharding="zero3").check(servers)
+    with pytest.raises(ConfigError, match=r"FSDP shards the weights.*policy.backend = 'servers'"):
+        Processes(world_size=2, sharding="fsdp").check(transformers)
+    with pytest.raises(ConfigError, match=r"DeepSpeed ZeRO-3 shards the weights"):
+        Processes(world_size=2, sharding="zero3").check(transformers)
+    with pytest.raises(ConfigError, match=r"inference-only run .* trains nothing: run it without accelerate"):
+        Processes(world_size=2).check(inference_only)
+
+
+def test_update_capacity_is_per_process_under_accelerate(monkeypatch: pytest.MonkeyPatch) -> None:
+    wide = ["loop.envs_per_iteration=5"]  # 6 blocks of 4 rows; one process holds 12
+    with pytest.raises(ConfigError, match=r"12 rows per process, but an iteration can bring 24 to each of 1"):
+        load_config(None, wide)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert load_config(None, wide).loop.envs_per_iteration == 5  # 3 blocks each
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match=r"designer\.policy is never trained: its servers take no weights"):
+        load_config(
+            None,
+            [
+                "designer.source='frozen'",
+                "designer.policy.backend='servers'",
+                "designer.policy.servers.weight_sync='disk'",
+                "designer.policy.servers.sync_dir='/tmp/x'",
+            ],
+        )
+
+
+def _sample(group: int, role: str, advantage: float) -> Sample:
+    return Sample(role, (1, 2), (3, 4), (1, 1), (-0.5, -0.5), advantage, group)
+
+
+def test_samples_are_dealt_to_processes_in_whole_groups() -> None:
+    samples = [_sample(g, "agent" if g else "designer", a) for g in range(3) for a in (1.0, -1.0)]
+    shares = split_for_processes(samples, 2, filler_token_id=0)
+    assert [[s.group for s in share] for share in shares] == [[0, 0, 2, 2], [1, 1]]
+    assert shares[0] == samples[:2] + samples[4:] and shares[1] == samples[2:4]  # every sample, once
+    alone = split_for_processes(samples[:2], 3, filler_token_id=7)
+    assert alone[0] == samples[:2]
+    for share in alone[1:]:  # no group left: one row that trains nothing, so every process steps
+        [filler] = share
+        assert filler.advantage == 0.0 and filler.completion_mask == (0,) and filler.prompt_ids == (7,)
+    with pytest.raises(ValueError, match="0 processes"):
+        split_for_processes(samples, 0, filler_token_id=0)
+
+
+def test_trainer_weights_are_the_models_parameters_once_each(tiny_dir: Path) -> None:
+    from spade_rl.policy.models import load_pretrained
+    from spade_rl.train import GRPOUpdater, TrainConfig
+
+    model, tokenizer = load_pretrained(str(tiny_dir))
+    updater = GRPOUpdater(model, tokenizer, TrainConfig(num_generations=2, per_device_train_batch_size=2))
+    with trainer_weights(updater) as (specs, tensors):
+        named = list(tensors)
+    expected = list(model.named_parameters())
+    assert [s.name for s in specs] == [n for n, _ in expected] == [n for n, _ in named]
+    assert "lm_head.weight" not in [s.name for s in specs]  # tied to the embedding: sent once
+    assert all(tuple(t.shape) == s.shape for (_, t), s in zip(named, specs, strict=True))
+    updater.close()
+
+
+def test_trainer_weights_merge_lora_for_the_duration(tiny_dir: Path) -> None:
+    from spade_rl.policy.models import load_pretrained
+    from spade_rl.train import GRPOUpdater, TrainConfig
+
+    model, tokenizer = load_pretrained(str(tiny_dir))
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    updater = GRPOUpdater(
+        model, tokenizer, TrainConfig(num_generations=2, per_device_train_batch_size=2, use_lora=True)
+    )
+    peft_model = updater.model
+    with torch.no_grad():  # a non-zero adapter, as after some training
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)
+    probe = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        before = peft_model(input_ids=probe).logits
+    with trainer_weights(updater) as (specs, tensors):
+        named = dict((n, t.detach().clone()) for n, t in tensors)
+    assert [s.name for s in specs] == list(base) and list(named) == list(base)  # base names, no lora_*
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(named[q], base[q])  # the adapter was merged in
+    assert torch.equal(named["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    with torch.no_grad():
+        torch.testing.assert_close(peft_model(input_ids=probe).logits, before)  # and unmerged after
+    updater.close()
+
+
+@pytest.mark.slow
+def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
+    """DDP over gloo: the main process plays, both processes train their share, both write checkpoints.
+
+    Launched by torchrun, the launcher `accelerate launch` runs for GPUs, with the variable accelerate sets
+    for CPUs (its own `--cpu --num_processes 2` starts several processes only through MPI)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+        "-m", "spade_rl", "run", "--out", str(run_dir),
+        f"policy.model='{tiny_dir}'",
+        "loop.iterations=1",
+        "loop.envs_per_iteration=2",
+        "loop.drop_zero_signal_groups=false",  # every group trains, so that the iteration surely updates
+        "design.max_new_tokens=32",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens=8",
+        "train.per_device_train_batch_size=1",
+        "train.gradient_accumulation_steps=8",  # 8 rows per process: 2 of the 3 groups fit in each
+        "train.learning_rate=1e-3",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [metrics] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["train/processes"] == 2.0 and metrics["train/step"] == 1.0, metrics
+    checkpoint = run_dir / "checkpoints" / "iter-0001" / "updater"
+    assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()
+    assert (checkpoint / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("name", "sharding"), [("ddp", "none"), ("zero2", "none"), ("zero3", "zero3"), ("fsdp", "fsdp")]
+)
+def test_the_accelerate_configs_launch_what_the_loop_detects(name: str, sharding: str) -> None:
+    """The environment `accelerate launch --config_file configs/accelerate/<name>.yaml` gives each process."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+    parsed = launch_command_parser().parse_args(
+        ["--config_file", str(root / f"{name}.yaml"), "--num_processes", "2", "-m", "spade_rl", "run"]
+    )
+    args, defaults, _ = _validate_launch_command(parsed)
+    if args.use_deepspeed:  # what accelerate's launch_command does before its DeepSpeed launcher
+        args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)
+        _, env = prepare_deepspeed_cmd_env(args)
+    else:
+        env = prepare_multi_gpu_env(args)
+    processes = Processes.from_env({**env, "WORLD_SIZE": "2", "RANK": "1"})
+    assert processes.sharding == sharding and processes.distributed and not processes.main
+    if name == "fsdp":
+        assert env["FSDP_VERSION"] == "2"  # FSDP1 is refused by trainer_weights
