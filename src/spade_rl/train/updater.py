@@ -44,8 +44,9 @@ too). TRL patches that model's ``forward`` with a fused log-prob head that only 
 ``fused_lm_head=True`` (generation is unchanged), and the updater sets its dropout to 0 (ratios of
 exactly 1 on-policy). On a GPU give the trainer float32 weights: ``bf16`` is autocast, and pure-bf16
 weights would round steps of lr 1e-6 away. Building the updater runs TRL's ``set_seed(seed)`` on the
-global RNGs. A separate inference engine (``VLLMPolicy``, or a server) does not see the update: pass
-``after_step`` and push :meth:`GRPOUpdater.merged_weights` into it there (not exercised without a GPU).
+global RNGs. A separate inference engine does not see the update: ``spade_rl.loop.updating.SyncingUpdater``
+pushes the weights into vLLM servers after every step (``after_step`` and :meth:`merged_weights` serve
+other engines).
 Several processes (``accelerate launch``) get one updater each and hand each its own samples, whole groups
 (``spade_rl.loop.distributed``).
 """
