@@ -774,7 +774,9 @@ def experiment(
         outcome = run_experiment(spec, folder, progress=lambda m: console.print(escape(m), highlight=False))
     except (ExperimentError, ConfigError, CorpusError, PolicyError, SandboxUnavailable) as exc:
         raise _fail(str(exc)) from None
-    console.print(outcome.comparison_md.read_text(encoding="utf-8"), markup=False, highlight=False)
+    console.print(
+        outcome.comparison_md.read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True
+    )
     for warning in outcome.warnings:
         console.print(f"[yellow]note:[/] {escape(warning)}", highlight=False)
     console.print(f"comparison: {outcome.comparison_json}, {outcome.comparison_md}", highlight=False)

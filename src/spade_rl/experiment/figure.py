@@ -68,10 +68,12 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
     seeds = list(dict.fromkeys(record.seed for record in records))
     colours = plt.get_cmap("tab10")
     for ax, (key, label) in zip(axes.flat, panels, strict=False):
+        drawn = 0
         for record, lines in runs:
             xs, ys = _series(lines, key)
             if not xs:
                 continue
+            drawn += 1
             ax.plot(
                 xs,
                 ys,
@@ -81,6 +83,8 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
                 markersize=3,
                 label=record.arm if len(seeds) == 1 else f"{record.arm} (seed {record.seed})",
             )
+        if not drawn:
+            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="grey")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration", fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

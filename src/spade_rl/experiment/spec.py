@@ -74,7 +74,7 @@ class Budget:
     def describe(self) -> str:
         if self.wall_time_s > 0:
             return f"{self.wall_time_s:g} s of training per arm (at most {self.iterations} iterations)"
-        return f"{self.iterations} iterations per arm"
+        return f"{self.iterations} iteration{'s' if self.iterations != 1 else ''} per arm"
 
 
 @dataclass(frozen=True)

@@ -300,8 +300,7 @@ class SelfPlay:
                     result.samples.append(sample_from_generation(outcome.generation, a, first_group + offset))
         return result
 
-    @staticmethod
-    def _play_metrics(played: list[PlayedEnv]) -> dict:
+    def _play_metrics(self, played: list[PlayedEnv]) -> dict:
         if not played:
             return {
                 "agent/win_rate": None,
@@ -309,7 +308,7 @@ class SelfPlay:
                 "regret/mean": None,
                 "band/fraction": None,
             }
-        low, high = 0.15, 0.85
+        low, high = self.config.archive.band_low, self.config.archive.band_high  # the archive's frontier
         stats = [p.stats for p in played]
         return {
             "agent/envs": len(played),
