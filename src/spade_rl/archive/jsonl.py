@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,28 +184,49 @@ def import_jsonl(
     return result
 
 
-def _read_lines(path: Path, on_error: str) -> tuple[list[ImportedEnv], list[tuple[int, str]]]:
-    items: list[ImportedEnv] = []
-    skipped: list[tuple[int, str]] = []
-    first_line: dict[int, int] = {}  # exported id -> the line that holds it
+def read_envs(path: str | Path) -> Iterator[tuple[int, ImportedEnv | ValueError]]:
+    """Every non-blank line of a JSONL export, decoded: ``(line number, ImportedEnv)``, or ``(line number,
+    the ValueError)`` for a malformed line (bad UTF-8, bad JSON, a field out of range), so the caller
+    decides whether that stops it. ``OSError`` when the file cannot be read."""
     with open(path, "rb") as lines:
         for number, raw in enumerate(lines, 1):
             try:
                 text = raw.decode("utf-8")
                 if not text.strip():
                     continue
-                item = decode_env(text)
-                old_id = item.record.env_id
-                if old_id in first_line:
-                    raise ValueError(f"env_id {old_id} was already used on line {first_line[old_id]}")
+                yield number, decode_env(text)
             except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-                if on_error == "raise":
-                    raise JsonlLineError(path, number, str(exc)) from None
-                log.warning("%s:%d: skipped: %s", path, number, exc)
-                skipped.append((number, str(exc)))
-                continue
-            first_line[old_id] = number
-            items.append(item)
+                yield number, exc
+
+
+def read_valid_envs(path: str | Path) -> list[tuple[int, EnvRecord]]:
+    """The environments of a JSONL export that were valid where they were exported, with their line
+    numbers. Raises ``JsonlLineError`` naming the first malformed line, ``OSError`` when unreadable."""
+    records = []
+    for number, item in read_envs(path):
+        if isinstance(item, ValueError):
+            raise JsonlLineError(path, number, str(item))
+        if item.record.valid:
+            records.append((number, item.record))
+    return records
+
+
+def _read_lines(path: Path, on_error: str) -> tuple[list[ImportedEnv], list[tuple[int, str]]]:
+    items: list[ImportedEnv] = []
+    skipped: list[tuple[int, str]] = []
+    first_line: dict[int, int] = {}  # exported id -> the line that holds it
+    for number, item in read_envs(path):
+        if isinstance(item, ImportedEnv) and item.record.env_id in first_line:
+            old_id = item.record.env_id
+            item = ValueError(f"env_id {old_id} was already used on line {first_line[old_id]}")
+        if isinstance(item, ValueError):
+            if on_error == "raise":
+                raise JsonlLineError(path, number, str(item))
+            log.warning("%s:%d: skipped: %s", path, number, item)
+            skipped.append((number, str(item)))
+            continue
+        first_line[item.record.env_id] = number
+        items.append(item)
     return items, skipped
 
 

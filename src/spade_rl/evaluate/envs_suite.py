@@ -217,23 +217,17 @@ def _from_archive(path: Path, ids: list[int]) -> list[HeldOutEnv]:
 
 
 def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
-    from spade_rl.archive.jsonl import decode_env
+    from spade_rl.archive.jsonl import read_valid_envs
 
-    envs = []
     try:
-        lines = path.read_bytes().splitlines()
+        records = read_valid_envs(path)
     except OSError as exc:
         raise ValueError(f"option envs.source: cannot read {path}: {exc}") from None
-    for number, raw in enumerate(lines, 1):
-        try:
-            text = raw.decode("utf-8")
-            if not text.strip():
-                continue
-            record = decode_env(text).record
-        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-            raise ValueError(f"option envs.source: {path}:{number}: {exc}") from None
-        if record.valid and (not ids or record.env_id in ids):
-            envs.append(HeldOutEnv(f"env{record.env_id}", record.source, record.setting))
+    except ValueError as exc:
+        raise ValueError(f"option envs.source: {exc}") from None
+    envs = [
+        HeldOutEnv(f"env{r.env_id}", r.source, r.setting) for _, r in records if not ids or r.env_id in ids
+    ]
     missing = sorted(set(ids) - {int(e.label[3:]) for e in envs})
     if missing:
         raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spade_rl.archive import Archive
-from spade_rl.archive.jsonl import decode_env
+from spade_rl.archive.jsonl import read_valid_envs
 from spade_rl.design.validate import ValidationSettings
 from spade_rl.executor import Executor, as_executor
 from spade_rl.loop.designing import seed_reference_environments
@@ -231,22 +231,20 @@ def jsonl_entries(path: str | Path) -> list[PoolEntry]:
     """The environments of a JSONL pool that were valid where they were exported (an invalid line
     stays out: it never could be played). Raises ``ValueError`` naming the line that is malformed."""
     path = Path(path)
-    entries = []
     try:
-        lines = path.read_bytes().splitlines()
+        records = read_valid_envs(path)
     except OSError as exc:
         raise ValueError(f"cannot read the pool {path}: {exc}") from None
-    for number, raw in enumerate(lines, 1):
-        try:
-            text = raw.decode("utf-8")
-            if not text.strip():
-                continue
-            record = decode_env(text).record
-        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-            raise ValueError(f"{path}:{number}: {exc}") from None
-        if record.valid:
-            metadata = {"pool": str(path), "line": number, "exported_env_id": record.env_id}
-            entries.append(PoolEntry(record.source, record.hint, record.skill, record.setting, metadata))
+    entries = [
+        PoolEntry(
+            record.source,
+            record.hint,
+            record.skill,
+            record.setting,
+            {"pool": str(path), "line": number, "exported_env_id": record.env_id},
+        )
+        for number, record in records
+    ]
     if not entries:
         raise ValueError(f"the pool {path} holds no valid environment")
     return entries
