@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+from fixture_envs import HANGS, PARITY
 from spade_rl.design import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor import ExecutorConfig, ExecutorError, LocalExecutor
@@ -334,29 +335,6 @@ def test_more_actors_than_the_cluster_can_place_is_refused_clearly(make_executor
 
 
 # --- the self-play loop ---------------------------------------------------------------------------------
-PARITY = '''
-class ParityEnv:
-    """Win when the seed plus the length of the action is even."""
-
-    def __init__(self, max_turns=2):
-        self.max_turns = max_turns
-
-    def reset(self, seed=None):
-        self.seed = 0 if seed is None else seed
-        self.turn = 0
-        return "Say something of the right length.", {}
-
-    def step(self, action):
-        self.turn += 1
-        won = (self.seed + len(action)) % 2 == 0
-        if won:
-            return "yes", 1.0, True, False, {}
-        return "no", 0.0, False, self.turn >= self.max_turns, {}
-
-    def solution(self):
-        return ["xx" if self.seed % 2 == 0 else "x"]
-'''
-HANGS = PARITY.replace("self.turn += 1", "while True:\n            pass").replace("ParityEnv", "HangEnv")
 
 
 class RoutingPolicy(TransformersPolicy):

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from fixture_envs import PARITY
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
@@ -30,28 +31,6 @@ from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.train import Sample
 
-PARITY = '''
-class ParityEnv:
-    """Win when the seed plus the length of the action is even."""
-
-    def __init__(self, max_turns=2):
-        self.max_turns = max_turns
-
-    def reset(self, seed=None):
-        self.seed = 0 if seed is None else seed
-        self.turn = 0
-        return "Say something of the right length.", {}
-
-    def step(self, action):
-        self.turn += 1
-        won = (self.seed + len(action)) % 2 == 0
-        if won:
-            return "yes", 1.0, True, False, {}
-        return "no", 0.0, False, self.turn >= self.max_turns, {}
-
-    def solution(self):
-        return ["xx" if self.seed % 2 == 0 else "x"]
-'''
 DESIGN = f"```python\n{PARITY}```\n<hint>Count the characters.</hint>"
 SMALL = [
     "loop.iterations=2",

@@ -17,34 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from fixture_envs import HANGS, PARITY
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.run import SelfPlay
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
-
-PARITY = '''
-class ParityEnv:
-    """Win when the seed plus the length of the action is even."""
-
-    def __init__(self, max_turns=2):
-        self.max_turns = max_turns
-
-    def reset(self, seed=None):
-        self.seed = 0 if seed is None else seed
-        self.turn = 0
-        return "Say something of the right length.", {}
-
-    def step(self, action):
-        self.turn += 1
-        won = (self.seed + len(action)) % 2 == 0
-        if won:
-            return "yes", 1.0, True, False, {}
-        return "no", 0.0, False, self.turn >= self.max_turns, {}
-
-    def solution(self):
-        return ["xx" if self.seed % 2 == 0 else "x"]
-'''
-HANGS = PARITY.replace("self.turn += 1", "while True:\n            pass").replace("ParityEnv", "HangEnv")
 
 
 def designer_output(source: str) -> str:
