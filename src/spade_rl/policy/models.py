@@ -136,7 +136,7 @@ def load_pretrained(
     torch_dtype = torch_dtype_for(dtype, device)
     started = time.perf_counter()
     try:
-        with _quiet_progress():
+        with quiet_progress():
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError) as error:
@@ -153,7 +153,7 @@ def load_tokenizer(name_or_path: str | os.PathLike[str] | None = None) -> PreTra
 
     path = resolve_model(name_or_path, tokenizer_only=True)
     try:
-        with _quiet_progress():
+        with quiet_progress():
             return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as error:
         raise ModelNotAvailableError(f"cannot load a tokenizer from {path}: {error}") from error
@@ -244,7 +244,7 @@ def _cached(relative: Path, write: Callable[[Path], None], *, source: Path) -> P
     try:
         started = time.perf_counter()
         log.info("converting %s into %s (once; later loads read the cache)", source.name, target)
-        with _quiet_progress():
+        with quiet_progress():
             write(partial)
         seconds = time.perf_counter() - started
         marker = {"format": CACHE_FORMAT, "source": str(source), "source_bytes": source.stat().st_size}
@@ -289,7 +289,7 @@ def _convert_tokenizer(name: str, out: Path) -> None:
     from transformers import AutoTokenizer
 
     gguf = packaged_gguf(name)
-    with _gguf_errors(name), _quiet_progress():
+    with _gguf_errors(name), quiet_progress():
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
 
 
@@ -306,7 +306,7 @@ def _convert_packaged(name: str, out: Path) -> None:
 
         extra["quantization_config"] = GgufConfig(dequantize=True)
     tokenizer_cache = cache_root() / "tokenizers" / name
-    with _gguf_errors(name), _quiet_progress():
+    with _gguf_errors(name), quiet_progress():
         if _is_complete(tokenizer_cache, gguf):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_cache)
         else:
@@ -348,7 +348,7 @@ def _gguf_errors(name: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _quiet_progress() -> Iterator[None]:
+def quiet_progress() -> Iterator[None]:
     """Library code draws no progress bars: silence transformers' for the duration (the GGUF reader calls
     ``tqdm`` directly, past transformers' switch, so its module's ``tqdm`` is swapped for a pass-through)."""
     from transformers.utils import logging as hf_logging

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from spade_rl.policy.models import quiet_progress
 from spade_rl.train.config import TrainConfig
 from spade_rl.train.samples import Batch, Sample, assemble_batch
 
@@ -324,7 +325,8 @@ class GRPOUpdater:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         trainer = self.trainer
-        trainer.save_model(str(path / "model"))
+        with quiet_progress():  # no "Writing model shards" bar in the run's output at every checkpoint
+            trainer.save_model(str(path / "model"))
         trainer._save_optimizer_and_scheduler(str(path))
         trainer._save_rng_state(str(path))
         trainer.state.save_to_json(str(path / "trainer_state.json"))
