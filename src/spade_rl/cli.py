@@ -762,7 +762,8 @@ def experiment(
     console.print(
         f"experiment {escape(spec.name)}: arms {escape(arms)}; seeds {list(spec.seeds)}; "
         f"{spec.budget.describe()}; evaluation {', '.join(spec.evaluation.suites)} "
-        f"(limit {spec.evaluation.limit}); baseline {escape(spec.baseline or 'none')}",
+        f"(limit {spec.evaluation.limit}); baseline {escape(spec.baseline or 'none')}; "
+        f"{escape(spec.placement.describe())}",
         highlight=False,
     )
     if check:

@@ -144,6 +144,13 @@ def test_bad_experiment_files_are_refused(tmp_path):
         ),
         MINIMAL + "[extra]\n": r"unknown table \[extra\]",
         MINIMAL.replace("[arms.a]", "[arms.'a b']"): r"arm name 'a b'",
+        MINIMAL.replace("[experiment]", "[experiment]\nplacement = 'cluster'"): (
+            r"experiment.placement = 'cluster'; allowed: 'in-turn', 'ray'"
+        ),
+        MINIMAL.replace("[experiment]", "[experiment]\narm_cpus = 2"): 'arm_cpus goes with placement = "ray"',
+        MINIMAL.replace("[experiment]", "[experiment]\nplacement = 'ray'\narm_gpus = -1"): (
+            r"experiment.arm_gpus must be a number >= 0, got -1"
+        ),
     }
     for body, message in cases.items():
         with pytest.raises(ExperimentError, match=message):
@@ -151,6 +158,11 @@ def test_bad_experiment_files_are_refused(tmp_path):
     spec = load_experiment(write_experiment(tmp_path, MINIMAL))
     assert [arm.name for arm in spec.arms] == ["a", "b"] and spec.baseline == ""
     assert spec.arm("b").config(0).design.memory is False
+    assert spec.placement.kind == "in-turn" and spec.placement.describe() == "arms one after another"
+    on_ray = load_experiment(write_experiment(tmp_path, MINIMAL.replace("[experiment]", RAY_PLACEMENT)))
+    placement = on_ray.placement
+    assert (placement.kind, placement.arm_cpus, placement.ray_address) == ("ray", 1, "auto")
+    assert on_ray.resolved() == spec.resolved()  # where the arms run does not change their results
 
 
 def test_a_folder_holding_another_experiment_is_refused(tmp_path):
@@ -239,6 +251,9 @@ def test_comparison_tests_paired_differences_and_flags_noise(tmp_path):
     )
     assert "| a | 0 | 30.0 | [10.8, 60.3] | 10 | +10.0 (p 1, noise) |  |" in markdown
     assert "| base model | - | 20.0 |" in markdown
+
+
+RAY_PLACEMENT = "[experiment]\nplacement = 'ray'\narm_cpus = 1"
 
 
 @pytest.mark.slow

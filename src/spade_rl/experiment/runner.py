@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,7 @@ class RunRecord:
     stopped_by: str  # "iterations" or "wall_time"
     start_path: Path
     end_path: Path
+    where: str = ""  # the host and process that trained it (and the Ray node, on a cluster)
 
 
 @dataclass
@@ -71,10 +74,13 @@ def run_experiment(experiment: Experiment, folder: Path, progress: Progress | No
     say = progress or (lambda message: log.info("%s", message))
     folder = Path(folder)
     _claim(folder, experiment)
-    records = []
-    for arm in experiment.arms:
-        for seed in experiment.seeds:
-            records.append(_run_arm(experiment, arm, seed, folder, say))
+    if experiment.placement.kind == "ray":
+        from spade_rl.experiment.on_ray import run_arms_on_ray
+
+        records = run_arms_on_ray(experiment, folder, say)
+    else:
+        runs = [(arm, seed) for arm in experiment.arms for seed in experiment.seeds]
+        records = [_run_arm(experiment, arm, seed, folder, say) for arm, seed in runs]
     comparison = build_comparison(experiment, records)
     json_path, md_path = write_comparison(comparison, folder)
     warnings: list[str] = []
@@ -153,7 +159,12 @@ def _run_arm(experiment: Experiment, arm: Arm, seed: int, folder: Path, say: Pro
                         stopped_by = "wall_time"
                         break
             run.save_checkpoint()
-            done = {"iterations": run.next_iteration - 1, "train_seconds": spent, "stopped_by": stopped_by}
+            done = {
+                "iterations": run.next_iteration - 1,
+                "train_seconds": spent,
+                "stopped_by": stopped_by,
+                "where": _where(),
+            }
             _write_json(done_path, done)
         if not end_path.exists():
             iterations = json.loads(done_path.read_text())["iterations"]
@@ -193,7 +204,20 @@ def _record(arm: str, seed: int, run_dir: Path, start_path: Path, end_path: Path
         done["stopped_by"],
         start_path,
         end_path,
+        done.get("where", ""),
     )
+
+
+def _where() -> str:
+    """This host and process, and the Ray node when this runs in a Ray task."""
+    where = f"{socket.gethostname()} pid {os.getpid()}"
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        try:
+            where += f" ray node {ray.get_runtime_context().get_node_id()}"
+        except Exception:  # noqa: BLE001 - a driver outside a task has a node too; this is only a label
+            pass
+    return where
 
 
 def _train_seconds(run_dir: Path) -> float:

@@ -13,6 +13,10 @@ A file (TOML) looks like this; every path is relative to the file's folder::
     # wall_time_s = 3600                   # ... or seconds of training per arm (evaluations not counted)
     baseline = "fixed-pool"                # the arm the others are also compared with ("" for none)
     overrides = ["rollout.max_turns=4"]    # for every arm, before its own
+    placement = "in-turn"                  # arms one after another here, or "ray": side by side as
+    # ray_address = "auto"                 #   tasks on a Ray cluster, each asking for arm_cpus CPUs
+    # arm_cpus = 2                         #   and arm_gpus GPUs (the folder must be on a file system
+    # arm_gpus = 0                         #   that every node shares)
 
     [eval]                                 # the held-out evaluation at the start and end of every arm
     suites = ["envs", "reasoning_gym"]     # the same keys as a run's [eval]; every = E > 0 also
@@ -55,7 +59,12 @@ EXPERIMENT_KEYS = (
     "max_iterations",
     "baseline",
     "overrides",
+    "placement",
+    "ray_address",
+    "arm_cpus",
+    "arm_gpus",
 )
+PLACEMENTS = ("in-turn", "ray")
 ARM_KEYS = ("config", "overrides")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -75,6 +84,25 @@ class Budget:
         if self.wall_time_s > 0:
             return f"{self.wall_time_s:g} s of training per arm (at most {self.iterations} iterations)"
         return f"{self.iterations} iteration{'s' if self.iterations != 1 else ''} per arm"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the arms run: one after another in this process (``in-turn``), or side by side as Ray tasks
+    (``ray``), each asking the cluster for ``arm_cpus`` CPUs and ``arm_gpus`` GPUs. It does not change
+    the results, so an experiment may be resumed with another placement."""
+
+    kind: str = "in-turn"
+    ray_address: str = "auto"  # "auto": RAY_ADDRESS, else a cluster started on this machine
+    arm_cpus: float = 1.0
+    arm_gpus: float = 0.0
+
+    def describe(self) -> str:
+        if self.kind == "in-turn":
+            return "arms one after another"
+        gpus = f" and {self.arm_gpus:g} GPU" if self.arm_gpus else ""
+        each = f"{self.arm_cpus:g} CPU{gpus} each"
+        return f"arms side by side on the Ray cluster at {self.ray_address} ({each})"
 
 
 @dataclass(frozen=True)
@@ -114,6 +142,7 @@ class Experiment:
     baseline: str  # the arm every other arm is compared with; "" for none
     evaluation: EvalConfig
     arms: tuple[Arm, ...]
+    placement: Placement = Placement()
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -195,7 +224,8 @@ def load_experiment(path: str | Path) -> Experiment:
             f"{path}: experiment.baseline {baseline!r} is not an arm; arms: {', '.join(arms_data)} "
             '(or "" for no baseline)'
         )
-    experiment = Experiment(name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms))
+    placement = _placement(head, path)
+    experiment = Experiment(name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms), placement)
     for arm in experiment.arms:
         for seed in experiment.seeds:
             arm.config(seed, evaluation)  # every configuration checked before anything runs
@@ -224,6 +254,27 @@ def _budget(head: dict, path: Path) -> Budget:
     if cap < 1:
         raise ExperimentError(f"{path}: experiment.max_iterations must be at least 1, got {cap}")
     return Budget(cap, float(wall))
+
+
+def _placement(head: dict, path: Path) -> Placement:
+    kind = _get(head, "placement", str, "in-turn", path)
+    if kind not in PLACEMENTS:
+        raise ExperimentError(
+            f"{path}: experiment.placement = {kind!r}; allowed: {', '.join(repr(p) for p in PLACEMENTS)}"
+        )
+    ray_keys = [key for key in ("ray_address", "arm_cpus", "arm_gpus") if key in head]
+    if kind != "ray" and ray_keys:
+        raise ExperimentError(f'{path}: experiment.{ray_keys[0]} goes with placement = "ray"')
+    address = _get(head, "ray_address", str, "auto", path)
+    if not address.strip():
+        raise ExperimentError(f'{path}: experiment.ray_address is empty; give "auto" or HOST:PORT')
+    amounts = {}
+    for key, default, least in (("arm_cpus", 1.0, 0.001), ("arm_gpus", 0.0, 0.0)):
+        value = head.get(key, default)
+        if type(value) not in (int, float) or not value >= least or value != value:
+            raise ExperimentError(f"{path}: experiment.{key} must be a number >= {least:g}, got {value!r}")
+        amounts[key] = float(value)
+    return Placement(kind, address, amounts["arm_cpus"], amounts["arm_gpus"])
 
 
 def _evaluation(data: Any, path: Path) -> EvalConfig:
