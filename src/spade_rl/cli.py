@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +30,17 @@ app = typer.Typer(
 )
 envs_app = typer.Typer(no_args_is_help=True, help="Reference environments and validation.")
 app.add_typer(envs_app, name="envs")
-console = Console()
+
+
+def _console() -> Console:
+    """Rich's own width on a terminal; 160 columns when the output goes to a file or a pipe (rich would
+    wrap tables at 80 columns there, one cell over several lines), unless COLUMNS says otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=160)
+
+
+console = _console()
 
 
 def _fail(message: str) -> typer.Exit:
