@@ -454,6 +454,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return build(RunConfig, data, "")
 
 
+def load_run_config(config_path: Path | None, overrides: list[str], run_dir: Path, resume: bool) -> RunConfig:
+    """The configuration of ``spade-rl run``: from a config file and overrides for a new run, or the
+    resolved ``config.json`` of the run being resumed (and the overrides)."""
+    if resume:
+        if not (run_dir / "config.json").exists():
+            raise ConfigError(f"{run_dir} holds no run to resume (no config.json)")
+        return load_config(run_dir / "config.json", overrides)
+    return load_config(config_path, overrides)
+
+
 def save_config(config: RunConfig, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(to_data(config), indent=2) + "\n", encoding="utf-8")

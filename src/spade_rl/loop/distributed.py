@@ -264,15 +264,9 @@ def run_follower_from_cli(
 ) -> None:
     """A follower of ``spade-rl run``: the configuration read as the main process reads it, then
     :func:`run_follower`."""
-    from spade_rl.loop.config import load_config
+    from spade_rl.loop.config import load_run_config
 
-    if resume:
-        if not (run_dir / "config.json").exists():
-            raise ConfigError(f"{run_dir} holds no run to resume (no config.json)")
-        config = load_config(run_dir / "config.json", overrides)
-    else:
-        config = load_config(config_path, overrides)
-    run_follower(config)
+    run_follower(load_run_config(config_path, overrides, run_dir, resume))
 
 
 def run_follower(config: RunConfig) -> None:

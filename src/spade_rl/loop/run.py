@@ -53,7 +53,7 @@ from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import takes_max_turns
 from spade_rl.executor import Executor, make_executor
-from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_config, save_config
+from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config, save_config
 from spade_rl.loop.designing import DesignOutcome, design_environments
 from spade_rl.loop.pool import seed_pool
 from spade_rl.policy import Policy, make_policy
@@ -506,10 +506,4 @@ def frozen_copy(policy: Policy) -> Policy:
 
 def open_run(config_path: Path | None, overrides: list[str], run_dir: Path, resume: bool) -> SelfPlay:
     """The run of ``spade-rl run``: a new one from a config file and overrides, or a resumed one."""
-    if resume:
-        if not (run_dir / "config.json").exists():
-            raise ConfigError(f"{run_dir} holds no run to resume (no config.json)")
-        config = load_config(run_dir / "config.json", overrides)
-    else:
-        config = load_config(config_path, overrides)
-    return SelfPlay(config, run_dir, resume=resume)
+    return SelfPlay(load_run_config(config_path, overrides, run_dir, resume), run_dir, resume=resume)
