@@ -1,5 +1,6 @@
 """Environments that several test folders play: a parity game any model wins about half the time
-(GRPO gets a signal even from a random policy), and one whose step never returns."""
+(GRPO gets a signal even from a random policy), and one whose step never returns; the designer answer
+that proposes one, and the overrides of a small self-play run that plays them."""
 
 PARITY = '''
 class ParityEnv:
@@ -24,3 +25,21 @@ class ParityEnv:
         return ["xx" if self.seed % 2 == 0 else "x"]
 '''
 HANGS = PARITY.replace("self.turn += 1", "while True:\n            pass").replace("ParityEnv", "HangEnv")
+
+
+def designer_output(source: str) -> str:
+    return f"```python\n{source}```\n<hint>Count the characters.</hint>"
+
+
+SMALL = [
+    "loop.iterations=2",
+    "loop.designs_per_iteration=2",
+    "loop.envs_per_iteration=2",
+    "loop.plays_per_env=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "design.max_new_tokens=2048",
+    "sandbox.call_timeout_s=0.5",
+    "design.validation.call_timeout_s=0.5",
+    "train.learning_rate=1e-3",
+]

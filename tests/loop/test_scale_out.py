@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from fixture_envs import PARITY
+from fixture_envs import PARITY, SMALL, designer_output
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
@@ -31,19 +31,7 @@ from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.train import Sample
 
-DESIGN = f"```python\n{PARITY}```\n<hint>Count the characters.</hint>"
-SMALL = [
-    "loop.iterations=2",
-    "loop.designs_per_iteration=2",
-    "loop.envs_per_iteration=2",
-    "loop.plays_per_env=4",
-    "rollout.max_turns=2",
-    "rollout.max_new_tokens=8",
-    "design.max_new_tokens=2048",
-    "sandbox.call_timeout_s=0.5",
-    "design.validation.call_timeout_s=0.5",
-    "train.learning_rate=1e-3",
-]
+DESIGN = designer_output(PARITY)
 
 
 class RoutingServerPolicy(ServerPolicy):

@@ -17,15 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from fixture_envs import HANGS, PARITY
+from fixture_envs import HANGS, PARITY, SMALL, designer_output
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.run import SelfPlay
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
-
-
-def designer_output(source: str) -> str:
-    return f"```python\n{source}```\n<hint>Count the characters.</hint>"
 
 
 class RoutingPolicy(TransformersPolicy):
@@ -39,20 +35,6 @@ class RoutingPolicy(TransformersPolicy):
         if chats and chats[0][0]["content"].startswith("You design executable"):
             return self.designs.generate(chats, settings)
         return super().generate(chats, settings)
-
-
-SMALL = [
-    "loop.iterations=2",
-    "loop.designs_per_iteration=2",
-    "loop.envs_per_iteration=2",
-    "loop.plays_per_env=4",
-    "rollout.max_turns=2",
-    "rollout.max_new_tokens=8",
-    "design.max_new_tokens=2048",
-    "sandbox.call_timeout_s=0.5",
-    "design.validation.call_timeout_s=0.5",
-    "train.learning_rate=1e-3",
-]
 
 
 def test_two_iterations_train_both_roles(tmp_path):
