@@ -6,33 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import fixture_envs
 from spade_rl.archive import Archive, PlayStats
 
 XSS = "<script>document.documentElement.setAttribute('data-pwned', 'yes')</script>"
 IMG_XSS = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned', 'img')\">"
 
-PARITY = """
-class ParityEnv:
-    \"\"\"Win when the seed plus the length of the action is even. XSS\"\"\"
-
-    def __init__(self, max_turns=2):
-        self.max_turns = max_turns
-
-    def reset(self, seed=None):
-        self.seed = 0 if seed is None else seed
-        self.turn = 0
-        return OBSERVATION, {}
-
-    def step(self, action):
-        self.turn += 1
-        won = (self.seed + len(action)) % 2 == 0
-        if won:
-            return "yes", 1.0, True, False, {}
-        return "no", 0.0, False, self.turn >= self.max_turns, {}
-
-    def solution(self):
-        return ["xx" if self.seed % 2 == 0 else "x"]
-""".replace("XSS", XSS).replace("OBSERVATION", repr(f"Say something of the right length. {XSS} {IMG_XSS}"))
+# The shared parity game (tests/fixture_envs.py) with model-written markup in its docstring and observation.
+PARITY = fixture_envs.PARITY.replace('is even."""', f'is even. {XSS}"""').replace(
+    '"Say something of the right length."', repr(f"Say something of the right length. {XSS} {IMG_XSS}")
+)
+assert f"is even. {XSS}" in PARITY and "right length. <script>" in PARITY, "fixture_envs.PARITY changed"
 HANGS = PARITY.replace("self.turn += 1", "while True:\n            pass").replace("ParityEnv", "HangEnv")
 SYNTAX = "class BrokenEnv:\n    def reset(self, seed=None)\n        return 'x', {}\n"
 
