@@ -534,3 +534,66 @@ def test_tools_question_needs_at_least_two_tool_calls():
         env, _, _ = fresh("tools", seed)
         *calls, answer = env.solution()
         assert sum(action.count("<tool_call>") for action in calls) >= 2 and answer.startswith("<answer>")
+
+
+# --- sizes: the constructor arguments of the CPU default's pool (and others) --------------------------
+SIZES = {
+    "guess": [{"high": 20}, {"high": 2}],
+    "arithmetic": [{"stories": ["more", "fewer"]}, {"stories": ["discount"]}],
+    "maze": [
+        {"min_cells": 1, "max_cells": 2},
+        {"min_cells": 1, "max_cells": 1},
+        {"min_cells": 4, "max_cells": 4},
+    ],
+    "codebreaker": [{"length": 2, "symbols": 3}, {"length": 1, "symbols": 2}, {"length": 5, "symbols": 7}],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [(n, k) for n, sizes in SIZES.items() for k in sizes], ids=lambda v: str(v)
+)
+def test_sized_reference_games_are_solved_by_their_solution(name, kwargs):
+    for seed in SEEDS:
+        env = env_class(name)(max_turns=40, **kwargs)
+        observation, _ = check_reset_value(env.reset(seed))
+        actions = check_solution_value(env.solution())
+        for action in actions:
+            result = check_step_value(env.step(action))
+            if result.terminated or result.truncated:
+                break
+        assert result.terminated and result.reward == 1.0, (name, kwargs, seed)
+        if name == "guess":
+            assert f"from 1 to {kwargs['high']}" in observation and len(actions) <= 5
+        if name == "codebreaker":
+            assert f"{kwargs['length']} digits, each from 1 to {kwargs['symbols']}" in observation
+
+
+def test_sizes_change_the_instances_and_the_defaults_do_not():
+    easy = env_class("arithmetic")(stories=["more", "fewer"])
+    for seed in SEEDS:
+        observation, _ = easy.reset(seed)
+        assert re.search(r"has \d and (buys|gives) \d", observation), observation
+    # the default instances are unchanged by the new arguments
+    default, explicit = env_class("codebreaker")(), env_class("codebreaker")(length=4, symbols=6)
+    for seed in SEEDS:
+        assert default.reset(seed) == explicit.reset(seed) and default.solution() == explicit.solution()
+    maze, same = env_class("maze")(), env_class("maze")(min_cells=2, max_cells=3)
+    for seed in SEEDS:
+        assert maze.reset(seed) == same.reset(seed)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("guess", {"high": 1}),
+        ("guess", {"high": "20"}),
+        ("codebreaker", {"length": 0}),
+        ("codebreaker", {"symbols": 10}),
+        ("maze", {"min_cells": 3, "max_cells": 2}),
+        ("arithmetic", {"stories": ["poetry"]}),
+        ("arithmetic", {"stories": []}),
+    ],
+)
+def test_impossible_sizes_are_refused(name, kwargs):
+    with pytest.raises(ValueError, match=r"must be|need"):
+        env_class(name)(**kwargs)

@@ -5,6 +5,8 @@ four story kinds: change from a purchase, selling full boxes, a percentage disco
 week); every answer is a whole number. The agent answers once as ``\\boxed{17}``; an exactly right
 answer wins (reward 1.0), a wrong one ends the episode with reward 0.0. An action with no readable
 number is a wasted turn; with the default limit of one turn it ends the episode as truncated.
+``stories`` picks the story kinds (``ArithmeticEnv(stories=["more", "fewer"])``: the two one-step
+kinds, a sum or a difference of two numbers below 10, which no default story is).
 """
 
 import random
@@ -80,11 +82,32 @@ def stock_story(rng):
     return question, start - sold_monday + boxes * per_box - sold_wednesday
 
 
-STORIES = [change_story, boxes_story, discount_story, stock_story]
+def more_story(rng):
+    name, item = rng.choice(PEOPLE), rng.choice(ITEMS)
+    have, more = rng.randint(1, 9), rng.randint(1, 9)
+    question = f"{name} has {have} {item}s and buys {more} more. How many {item}s does {name} have now?"
+    return question, have + more
+
+
+def fewer_story(rng):
+    name, item = rng.choice(PEOPLE), rng.choice(ITEMS)
+    have = rng.randint(2, 9)
+    gone = rng.randint(1, have - 1)
+    question = f"{name} has {have} {item}s and gives {gone} away. How many {item}s does {name} have left?"
+    return question, have - gone
+
+
+STORIES = [change_story, boxes_story, discount_story, stock_story]  # the default kinds
+EASY_STORIES = [more_story, fewer_story]
+KINDS = {story.__name__.removesuffix("_story"): story for story in STORIES + EASY_STORIES}
 
 
 class ArithmeticEnv:
-    def __init__(self, max_turns: int = 1):
+    def __init__(self, max_turns: int = 1, stories=None):
+        kinds = [story.__name__.removesuffix("_story") for story in STORIES] if stories is None else stories
+        if not isinstance(kinds, (list, tuple)) or not kinds or any(kind not in KINDS for kind in kinds):
+            raise ValueError(f"stories must be a non-empty list of {sorted(KINDS)}, got {stories!r}")
+        self.stories = [KINDS[kind] for kind in kinds]
         self.max_turns = max_turns
         self._turn = 0
         self._story = None
@@ -92,7 +115,7 @@ class ArithmeticEnv:
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         rng = random.Random(0 if seed is None else seed)
-        story = rng.choice(STORIES)
+        story = rng.choice(self.stories)
         self._question, self._answer = story(rng)
         self._story = story.__name__
         self._turn = 0

@@ -5,22 +5,26 @@ turn the agent guesses a code as ``\\boxed{1122}``; the environment answers how 
 right and in the right place ("exact") and how many more are right but in the wrong place
 ("misplaced"). Guessing the secret wins (reward 1.0). The "first code consistent with all feedback
 so far" strategy wins within 9 guesses for every one of the 1296 secrets, so 10 turns is enough.
+``length`` and ``symbols`` size the code (``CodebreakerEnv(length=2, symbols=4)``: 16 secrets of 2
+digits from 1 to 4, won by that strategy within 4 guesses).
 """
 
 import itertools
 import random
 import re
 
-LENGTH = 4
-DIGITS = "123456"
-ALL_CODES = ["".join(code) for code in itertools.product(DIGITS, repeat=LENGTH)]  # in sorted order
+LENGTH = 4  # the default code: 4 digits from 1 to 6
+SYMBOLS = 6
 
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
-FORMAT_HELP = (
-    f"Write a code of {LENGTH} digits, each from {DIGITS[0]} to {DIGITS[-1]}, inside \\boxed{{}}, "
-    "for example \\boxed{1122}."
-)
+
+def format_help(length, digits):
+    example = "".join(digits[min(i // 2, len(digits) - 1)] for i in range(length))
+    return (
+        f"Write a code of {length} digits, each from {digits[0]} to {digits[-1]}, inside \\boxed{{}}, "
+        f"for example \\boxed{{{example}}}."
+    )
 
 
 def last_boxed(text):
@@ -36,26 +40,33 @@ def score(secret, guess):
     total of the common digits (with multiplicity) minus the exact ones.
     """
     exact = sum(s == g for s, g in zip(secret, guess, strict=True))
-    common = sum(min(secret.count(digit), guess.count(digit)) for digit in DIGITS)
+    common = sum(min(secret.count(digit), guess.count(digit)) for digit in set(secret))
     return exact, common - exact
 
 
 class CodebreakerEnv:
-    def __init__(self, max_turns: int = 10):
+    def __init__(self, max_turns: int = 10, length: int = LENGTH, symbols: int = SYMBOLS):
+        if not isinstance(length, int) or not 1 <= length <= 6:
+            raise ValueError(f"length must be an integer from 1 to 6, got {length!r}")
+        if not isinstance(symbols, int) or not 2 <= symbols <= 9:
+            raise ValueError(f"symbols must be an integer from 2 to 9, got {symbols!r}")
         self.max_turns = max_turns
+        self.length = length
+        self.digits = "123456789"[:symbols]
+        self._help = format_help(length, self.digits)
         self._turn = 0
         self._done = True  # no episode until reset()
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         rng = random.Random(0 if seed is None else seed)
-        self._secret = "".join(rng.choice(DIGITS) for _ in range(LENGTH))
+        self._secret = "".join(rng.choice(self.digits) for _ in range(self.length))
         self._turn = 0
         self._done = False
         observation = (
-            f"Break my secret code: {LENGTH} digits, each from {DIGITS[0]} to {DIGITS[-1]}; digits may "
-            "repeat.\nAfter each guess I tell you two numbers: exact = digits that are right and in the "
-            "right place; misplaced = other digits that appear in the code but in a different place.\n"
-            f"{FORMAT_HELP} You have {self.max_turns} guesses."
+            f"Break my secret code: {self.length} digits, each from {self.digits[0]} to {self.digits[-1]}; "
+            "digits may repeat.\nAfter each guess I tell you two numbers: exact = digits that are right "
+            "and in the right place; misplaced = other digits that appear in the code but in a different "
+            f"place.\n{self._help} You have {self.max_turns} guesses."
         )
         return observation, self._info("start")
 
@@ -66,10 +77,10 @@ class CodebreakerEnv:
 
         guess = self._parse(action)
         if guess is None:
-            observation, status, feedback = f"I could not read a code. {FORMAT_HELP}", "invalid", None
+            observation, status, feedback = f"I could not read a code. {self._help}", "invalid", None
         else:
             exact, misplaced = score(self._secret, guess)
-            if exact == LENGTH:
+            if exact == self.length:
                 self._done = True
                 return f"{guess}: exact {exact}. You broke the code!", 1.0, True, False, self._info("won")
             observation = f"{guess}: exact {exact}, misplaced {misplaced}."
@@ -89,7 +100,8 @@ class CodebreakerEnv:
         codes is enough: each guess is the next code after the previous guess that is consistent.
         """
         history, actions = [], []
-        for code in ALL_CODES:
+        for digits in itertools.product(self.digits, repeat=self.length):  # in sorted order
+            code = "".join(digits)
             if all(score(code, guess) == feedback for guess, feedback in history):
                 actions.append(f"\\boxed{{{code}}}")
                 if code == self._secret:
@@ -100,13 +112,12 @@ class CodebreakerEnv:
     def close(self) -> None:
         pass
 
-    @staticmethod
-    def _parse(action):
+    def _parse(self, action):
         content = last_boxed(action if isinstance(action, str) else "")
         if content is None:
             return None
         code = re.sub(r"[\s,]+", "", content)  # tolerate "1 1 2 2" and "1,1,2,2"
-        if len(code) != LENGTH or any(digit not in DIGITS for digit in code):
+        if len(code) != self.length or any(digit not in self.digits for digit in code):
             return None
         return code
 

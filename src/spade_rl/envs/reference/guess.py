@@ -2,19 +2,18 @@
 
 A multi-turn game. Each turn the agent writes one guess as ``\\boxed{42}``; the environment answers
 whether the secret is higher or lower. A correct guess wins (reward 1.0). Binary search always wins
-within 7 guesses, so the default limit of 10 turns leaves room for a couple of mistakes.
+within 7 guesses, so the default limit of 10 turns leaves room for a couple of mistakes. ``high``
+sets the top of the range (``GuessEnv(high=20)``: 1 to 20, won by binary search within 5 guesses).
 """
 
 import random
 import re
 
-LOW, HIGH = 1, 100
+LOW, HIGH = 1, 100  # the default range
 
 # The last \boxed{...} in the action is the move; anything around it is the agent's reasoning.
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 INTEGER = re.compile(r"[+-]?\d{1,6}")  # a bound on the digits: int() refuses very long numbers
-
-FORMAT_HELP = f"Write one whole number from {LOW} to {HIGH} inside \\boxed{{}}, for example \\boxed{{50}}."
 
 
 def last_boxed(text):
@@ -23,21 +22,31 @@ def last_boxed(text):
     return matches[-1].strip() if matches else None
 
 
+def format_help(high):
+    example = (LOW + high) // 2
+    return (
+        f"Write one whole number from {LOW} to {high} inside \\boxed{{}}, for example \\boxed{{{example}}}."
+    )
+
+
 class GuessEnv:
-    def __init__(self, max_turns: int = 10):
+    def __init__(self, max_turns: int = 10, high: int = HIGH):
+        if not isinstance(high, int) or high < LOW + 1:
+            raise ValueError(f"high must be an integer above {LOW}, got {high!r}")
         self.max_turns = max_turns
+        self.high = high
         self._turn = 0
         self._done = True  # no episode until reset()
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         rng = random.Random(0 if seed is None else seed)
-        self._secret = rng.randint(LOW, HIGH)
+        self._secret = rng.randint(LOW, self.high)
         self._turn = 0
         self._done = False
         observation = (
-            f"I am thinking of a whole number from {LOW} to {HIGH}. Find it.\n"
+            f"I am thinking of a whole number from {LOW} to {self.high}. Find it.\n"
             "After each guess I will tell you whether my number is higher or lower.\n"
-            f"You have {self.max_turns} guesses. {FORMAT_HELP}"
+            f"You have {self.max_turns} guesses. {format_help(self.high)}"
         )
         return observation, self._info("start")
 
@@ -48,9 +57,10 @@ class GuessEnv:
 
         guess = self._parse(action)
         if guess is None:
-            observation, status = f"I could not read a guess. {FORMAT_HELP}", "invalid"
-        elif not LOW <= guess <= HIGH:
-            observation, status = f"{guess} is outside the range {LOW}..{HIGH}. {FORMAT_HELP}", "invalid"
+            observation, status = f"I could not read a guess. {format_help(self.high)}", "invalid"
+        elif not LOW <= guess <= self.high:
+            observation = f"{guess} is outside the range {LOW}..{self.high}. {format_help(self.high)}"
+            status = "invalid"
         elif guess == self._secret:
             self._done = True
             return f"Correct! The number is {guess}.", 1.0, True, False, self._info("won")
@@ -69,7 +79,7 @@ class GuessEnv:
 
     def solution(self) -> list[str]:
         """Binary search, played against the secret exactly as a careful player would."""
-        actions, low, high = [], LOW, HIGH
+        actions, low, high = [], LOW, self.high
         while True:
             middle = (low + high) // 2
             actions.append(f"\\boxed{{{middle}}}")

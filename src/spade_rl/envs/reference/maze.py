@@ -4,7 +4,9 @@ A multi-turn spatial game. The maze (5x5 to 7x7 characters, walls ``#``) is carv
 randomised depth-first search, so it is connected and has exactly one path between any two open
 squares; the goal sits on the open square farthest from the start. Each turn the agent writes one or
 more moves in one box, ``\\boxed{up}`` or ``\\boxed{up, up, left}``; moves run in order and stop at the
-first wall bumped (the agent stays where it was). Reaching G wins (reward 1.0).
+first wall bumped (the agent stays where it was). Reaching G wins (reward 1.0). ``min_cells`` and
+``max_cells`` bound the maze's rows and columns of cells (``MazeEnv(min_cells=1, max_cells=2)``: mazes
+of 3x5 to 5x5 characters).
 """
 
 import random
@@ -69,15 +71,22 @@ def shortest_paths(grid, start):
 
 
 class MazeEnv:
-    def __init__(self, max_turns: int = 30):
+    def __init__(self, max_turns: int = 30, min_cells: int = 2, max_cells: int = 3):
+        if not (
+            isinstance(min_cells, int) and isinstance(max_cells, int) and 1 <= min_cells <= max_cells <= 8
+        ):
+            raise ValueError(f"need 1 <= min_cells <= max_cells <= 8, got {min_cells!r} and {max_cells!r}")
         self.max_turns = max_turns
+        self.cells = (min_cells, max_cells)
         self._turn = 0
         self._position = None
         self._done = True  # no episode until reset()
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         rng = random.Random(0 if seed is None else seed)
-        self._grid = carve_maze(rng, rng.randint(2, 3), rng.randint(2, 3))
+        self._grid = carve_maze(rng, rng.randint(*self.cells), rng.randint(*self.cells))
+        if len(self._grid) == len(self._grid[0]) == 3:  # a single cell: no goal to reach
+            self._grid = carve_maze(rng, 1, 2)
         self._start = self._position = (1, 1)
         paths = shortest_paths(self._grid, self._start)
         # The farthest open square is the goal (the first one in row-major order on a tie).
