@@ -55,6 +55,11 @@ def test_step_accepts_well_formed():
         (("obs", -math.inf, False, False, {}), "reward_not_finite"),
         (("obs", 1.5, False, False, {}), "reward_out_of_range"),
         (("obs", -0.1, False, False, {}), "reward_out_of_range"),
+        # Values that made the trusted side raise (math.isfinite overflows; a lone surrogate breaks
+        # tokenizers and SQLite later): each is a typed violation, never an exception of its own.
+        (("obs", 10**400, False, False, {}), "reward_out_of_range"),
+        (("obs", -(10**400), False, False, {}), "reward_out_of_range"),
+        (("bad \ud800 text", 0.5, False, False, {}), "step_bad_type"),
     ],
 )
 def test_step_rejects_bad_values(value, reason):
@@ -84,3 +89,8 @@ def test_load_env_class_checks_count():
     assert reason_of(load_env_class, "x = 1") == "no_env_class"
     assert reason_of(load_env_class, "class AEnv: pass\nclass BEnv: pass\n") == "multiple_env_classes"
     assert reason_of(load_env_class, "AEnv = 3\nclass AEnv: pass\nAEnv = 3\n") == "no_env_class"
+
+
+def test_reset_rejects_text_that_cannot_be_encoded():
+    assert reason_of(check_reset_value, ("fine \udcff", {})) == "reset_bad_type"
+    assert check_step_value(("obs", 1, True, False, {})).reward == 1.0  # an int reward in range is fine

@@ -71,6 +71,7 @@ def check_reset_value(value: Any) -> tuple[str, dict]:
         raise ContractViolation(
             "reset_bad_type", f"reset() observation must be a non-empty str, got {_describe(obs)}"
         )
+    _check_text("reset_bad_type", "reset() observation", obs)
     if type(info) is not dict:
         raise ContractViolation("reset_bad_type", f"reset() info must be a dict, got {_describe(info)}")
     return obs, info
@@ -88,15 +89,18 @@ def check_step_value(value: Any, reward_range: tuple[float, float] = (0.0, 1.0))
     obs, reward, terminated, truncated, info = value
     if type(obs) is not str:
         raise ContractViolation("step_bad_type", f"step() observation must be a str, got {_describe(obs)}")
+    _check_text("step_bad_type", "step() observation", obs)
     # bool is an int subclass: a reward of True is a type error, not 1.0.
     if type(reward) not in (int, float):
         raise ContractViolation("step_bad_type", f"step() reward must be a number, got {_describe(reward)}")
-    if not math.isfinite(reward):
+    # An int is compared as an int: math.isfinite(10**400) raises OverflowError.
+    if type(reward) is float and not math.isfinite(reward):
         raise ContractViolation("reward_not_finite", f"step() reward must be finite, got {reward!r}")
     low, high = reward_range
     if not low <= reward <= high:
         raise ContractViolation(
-            "reward_out_of_range", f"step() reward {reward!r} is outside the allowed range [{low}, {high}]"
+            "reward_out_of_range",
+            f"step() reward {_describe(reward)} is outside the allowed range [{low}, {high}]",
         )
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         if type(flag) is not bool:
@@ -118,8 +122,21 @@ def check_solution_value(value: Any) -> list[str]:
     )
 
 
+def _check_text(reason: str, what: str, text: str) -> None:
+    """Text that the trusted side can encode (a lone surrogate makes tokenizers and SQLite raise)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ContractViolation(
+            reason, f"{what} must be valid text; it holds {text[exc.start : exc.end]!a} at {exc.start}"
+        ) from None
+
+
 def _describe(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an int of more than 4300 digits has no repr; nothing may raise here
+        return f"{type(value).__name__} (not shown)"
     if len(text) > 80:
         text = text[:77] + "..."
     return f"{type(value).__name__} {text}"
