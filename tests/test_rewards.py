@@ -7,6 +7,7 @@ import math
 import pytest
 
 from spade_rl.rewards import (
+    BATTERY_CHECKS,
     DesignerRewardConfig,
     centred_advantages,
     designer_reward,
@@ -109,3 +110,9 @@ def test_validation_progress_and_bonus():
     assert invalid_design_reward("syntax_error", shaped) == pytest.approx(0.01)
     assert invalid_design_reward("timeout", shaped, ["static", "instantiates"]) == pytest.approx(-0.46)
     assert invalid_design_reward("syntax_error", DesignerRewardConfig()) == 0.0  # the paper's setting
+    # A valid design earns the whole bonus on top of its blend: one nobody solves (0) still beats the
+    # best invalid one (0.1 * 0.9).
+    assert designer_reward(0.0, 0.0, shaped) == pytest.approx(0.1)
+    assert designer_reward(0.3, 0.075, shaped) == pytest.approx(0.66)
+    assert designer_reward(0.0, 0.0, shaped) > invalid_design_reward("terminates", shaped, BATTERY_CHECKS[:7])
+    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="band")) == pytest.approx(0.6)  # no bonus

@@ -76,14 +76,17 @@ class DesignerRewardConfig:
 
 
 def designer_reward(win_rate: float, regret_value: float, config: DesignerRewardConfig) -> float:
-    """The reward of a valid design from its no-hint win rate and its regret."""
+    """The reward of a valid design from its no-hint win rate and its regret, plus the whole progress
+    bonus (``progress_bonus * 1``): a valid design is never worth less than an invalid one, whatever
+    the agent made of it (with the bonus on, an invalid design that got far would otherwise out-earn a
+    valid one that nobody solves)."""
     band = plateau(win_rate, config.band_low, config.band_high, config.band_ramp)
     scaled_regret = min(1.0, max(0.0, regret_value / config.regret_scale))
     if config.mode == "regret":
-        return regret_value
+        return regret_value + config.progress_bonus
     if config.mode == "band":
-        return band
-    return config.w_band * band + config.w_regret * scaled_regret
+        return band + config.progress_bonus
+    return config.w_band * band + config.w_regret * scaled_regret + config.progress_bonus
 
 
 # How far a design got, by the first failure: stages before the validation battery, then the
