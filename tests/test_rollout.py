@@ -159,3 +159,39 @@ def test_default_model_plays_through_the_sandbox_with_exact_masks(pool):
         assert tokenizer.decode(episode.token_ids, skip_special_tokens=False).startswith(
             rendered[: len(rendered) // 2]
         )
+
+
+def test_action_prefix_is_forced_masked_and_part_of_the_action(pool, tokenizer):
+    """A forced "\\boxed{" opens every turn: environment tokens (mask 0, no log-prob), while the action
+    the environment receives is the prefix plus what the model wrote, cut at the stop string."""
+    policy = FakePolicy(lambda chat: "50} and some text the stop string cuts", tokenizer=tokenizer)
+    config = RolloutConfig(
+        max_turns=2, max_new_tokens=16, action_prefix={"games": "\\boxed{"}, action_stop={"games": ["}"]}
+    )
+    [episode] = run_episodes(policy, pool, [EpisodeSpec(reference.source("guess"), seed=5)], config)
+    assert [t.action for t in episode.turns] == ["\\boxed{50}", "\\boxed{50}"]
+    assert "too" in episode.turns[0].observation  # the environment read the guess 50
+    assert policy.calls[0][1].stop == ("}",) and policy.calls[0][1].include_stop_string
+    prefix_ids = tokenizer("\\boxed{", add_special_tokens=False)["input_ids"]
+    start = episode.prompt_length
+    assert episode.token_ids[start : start + len(prefix_ids)] == prefix_ids
+    assert episode.mask[start : start + len(prefix_ids)] == [0] * len(prefix_ids)
+    assert episode.logprobs[start : start + len(prefix_ids)] == [0.0] * len(prefix_ids)
+    assert tokenizer.decode(episode.token_ids[start:]).startswith("\\boxed{50}")
+    # what trains is only what the model wrote
+    assert "\\boxed{" not in model_text(episode, tokenizer)
+
+
+def test_action_prefix_applies_only_to_its_setting(pool, tokenizer):
+    policy = FakePolicy(lambda chat: "<answer>1</answer>", tokenizer=tokenizer)
+    config = RolloutConfig(max_turns=1, action_prefix={"games": "\\boxed{"}, action_stop={"games": ["}"]})
+    specs = [EpisodeSpec(reference.source("tools"), seed=0, setting="tool_use")]
+    [episode] = run_episodes(policy, pool, specs, config)
+    assert episode.turns[0].action == "<answer>1</answer>" and policy.calls[0][1].stop == ()
+
+
+def test_action_prefix_settings_are_checked():
+    with pytest.raises(ValueError, match="allowed settings"):
+        RolloutConfig(action_prefix={"chess": "\\boxed{"})
+    with pytest.raises(ValueError, match="list of non-empty strings"):
+        RolloutConfig(action_stop={"games": "}"})

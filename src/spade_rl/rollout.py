@@ -6,7 +6,11 @@ Each turn, every live episode's conversation (kept as token ids) goes to the pol
 then every live episode steps in the sandbox pool (or an executor: ``spade_rl.executor``, which may
 hold the environments on Ray actors) in one batch; episodes end independently
 (terminated, truncated by the environment, out of turns, out of context, or an environment failure).
-The hint, when on, is appended to the first observation.
+The hint, when on, is appended to the first observation. ``RolloutConfig.action_prefix`` can force
+the opening of every agent turn per setting (the CPU default opens game turns with ``\\boxed{`` and
+ends them at ``}`` with ``action_stop``: a 135M model then acts in every turn instead of restating the
+observation); the forced tokens are environment tokens, and the action the environment receives is
+the prefix plus what the model wrote.
 
 Token-level data for training: ``Episode.token_ids`` is the whole conversation as the model saw it,
 ``mask`` is 1 on tokens the model generated and 0 on prompt and environment tokens (the chat
@@ -62,6 +66,14 @@ class RolloutConfig:
     reward_range: tuple[float, float] = (0.0, 1.0)
     call_timeout_s: float = 5.0
     system_prompts: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_PROMPTS))
+    # Per setting: text put at the start of every agent turn (after the assistant header) before the
+    # model continues, e.g. "\\boxed{" for games: the action is the prefix plus what the model writes.
+    # The prefix tokens are environment tokens (mask 0): the model did not write them, nothing trains
+    # on them. Empty (the paper's behaviour): the model writes the whole turn.
+    action_prefix: dict[str, str] = field(default_factory=dict)
+    # Per setting: stop strings that end an agent turn (kept in the action), e.g. ["}"] after a
+    # "\\boxed{" prefix, so that a turn is the action and nothing after it.
+    action_stop: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_context_tokens", "max_observation_chars"):
@@ -69,6 +81,20 @@ class RolloutConfig:
                 raise ValueError(f"rollout {name} must be at least 1, got {getattr(self, name)}")
         if self.max_new_tokens >= self.max_context_tokens:
             raise ValueError("rollout max_new_tokens must be smaller than max_context_tokens")
+        for name in ("action_prefix", "action_stop"):
+            unknown = sorted(set(getattr(self, name)) - set(SYSTEM_PROMPTS))
+            if unknown:
+                raise ValueError(
+                    f"rollout {name} has settings {unknown}; allowed settings: {list(SYSTEM_PROMPTS)}"
+                )
+        for setting, prefix in self.action_prefix.items():
+            if not isinstance(prefix, str):
+                raise ValueError(f"rollout action_prefix.{setting} must be a string, got {prefix!r}")
+        for setting, stops in self.action_stop.items():
+            if isinstance(stops, str) or not all(isinstance(s, str) and s for s in stops):
+                raise ValueError(
+                    f"rollout action_stop.{setting} must be a list of non-empty strings, got {stops!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -237,28 +263,27 @@ def _play(
     rng: random.Random,
     on_turn: Callable[[int, Episode], None] | None,
 ) -> None:
+    prefixes = _ActionPrefixes(policy, config)
     turn = 0
     while live:
         turn += 1
-        room = min(config.max_context_tokens - len(episodes[i].token_ids) for i in live)
-        settings = SamplingSettings(
-            max_new_tokens=max(1, min(config.max_new_tokens, room)),
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=rng.randrange(2**31),
-        )
-        generations = policy.generate_tokens([episodes[i].token_ids for i in live], settings)
+        for i in live:  # the forced start of the turn: environment tokens, not trained
+            episodes[i].append(prefixes.ids(episodes[i].spec.setting), model=False)
+        generations = _generate_turn(policy, episodes, live, config, rng)
+        actions = []
         for i, generation in zip(live, generations, strict=True):
             ids = list(generation.completion_token_ids or [])
             logprobs = list(generation.completion_logprobs) if generation.completion_logprobs else None
             episodes[i].append(ids, model=True, logprobs=logprobs)
-            episodes[i].messages.append({"role": "assistant", "content": generation.text})
+            action = prefixes.text(episodes[i].spec.setting) + generation.text
+            episodes[i].messages.append({"role": "assistant", "content": action})
+            actions.append(action)
         steps = pool.call_many(
-            [(handles[i], "step", {"action": g.text}) for i, g in zip(live, generations, strict=True)],
+            [(handles[i], "step", {"action": a}) for i, a in zip(live, actions, strict=True)],
             config.call_timeout_s,
         )
         still = []
-        for i, generation, result in zip(live, generations, steps, strict=True):
+        for i, generation, action, result in zip(live, generations, actions, steps, strict=True):
             episode = episodes[i]
             if not result.ok:
                 _fail(episode, f"step: {result.reason}: {result.error}")
@@ -271,7 +296,7 @@ def _play(
             observation = _cut(step.observation, config.max_observation_chars)
             episode.turns.append(
                 Turn(
-                    generation.text,
+                    action,
                     observation,
                     step.reward,
                     step.terminated,
@@ -292,12 +317,58 @@ def _play(
             suffix = tail.after_turn(list(generation.completion_token_ids or [])) + policy.render_suffix(
                 previous, episode.messages, add_generation_prompt=True
             )
-            if len(episode.token_ids) + len(suffix) + 1 > config.max_context_tokens:
+            needed = len(suffix) + len(prefixes.ids(episode.spec.setting)) + 1
+            if len(episode.token_ids) + needed > config.max_context_tokens:
                 episode.stop_reason = "context"
                 continue
             episode.append(suffix, model=False)
             still.append(i)
         live = still
+
+
+class _ActionPrefixes:
+    """The forced start of an agent turn per setting (``RolloutConfig.action_prefix``), as text and as
+    token ids (tokenised once, on its own: the ids are what the model sees before it continues)."""
+
+    def __init__(self, policy: Policy, config: RolloutConfig):
+        self._text = dict(config.action_prefix)
+        tokenizer = policy.tokenizer
+        self._ids = {
+            setting: list(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else []
+            for setting, prefix in self._text.items()
+        }
+
+    def text(self, setting: str) -> str:
+        return self._text.get(setting, "")
+
+    def ids(self, setting: str) -> list[int]:
+        return self._ids.get(setting, [])
+
+
+def _generate_turn(
+    policy: Policy, episodes: list[Episode], live: list[int], config: RolloutConfig, rng: random.Random
+) -> list:
+    """One generation per live episode: one batched call per distinct set of stop strings (one call when
+    every live episode has the same setting, the usual case), results in the order of ``live``."""
+    by_stops: dict[tuple[str, ...], list[int]] = {}
+    for i in live:
+        stops = tuple(config.action_stop.get(episodes[i].spec.setting, ()))
+        by_stops.setdefault(stops, []).append(i)
+    seed = rng.randrange(2**31)
+    results: dict[int, Any] = {}
+    for stops, members in by_stops.items():
+        room = min(config.max_context_tokens - len(episodes[i].token_ids) for i in members)
+        settings = SamplingSettings(
+            max_new_tokens=max(1, min(config.max_new_tokens, room)),
+            temperature=config.temperature,
+            top_p=config.top_p,
+            seed=seed,
+            stop=stops,
+            include_stop_string=True,
+        )
+        generations = policy.generate_tokens([episodes[i].token_ids for i in members], settings)
+        results.update(zip(members, generations, strict=True))
+    return [results[i] for i in live]
 
 
 def _fail(episode: Episode, error: str) -> None:
