@@ -167,6 +167,13 @@ class EnvRecord:
     times_proposed: int = 1  # how often ``add`` proposed it here (duplicates included; 0 if imported)
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def env_kwargs(self) -> dict | None:
+        """The constructor arguments it was validated with, to play it with the same (``None`` for a
+        record written before they were recorded, or an environment that was never valid)."""
+        kwargs = self.metadata.get("env_kwargs")
+        return dict(kwargs) if isinstance(kwargs, dict) else None
+
 
 @dataclass(frozen=True)
 class AddResult:

@@ -248,8 +248,11 @@ class Archive:
         parents: Sequence[int] = (),
         origin: str = "designer",
         metadata: dict | None = None,
+        env_kwargs: dict | None = None,
     ) -> AddResult:
-        """Record one proposed environment; a duplicate (same normalised source) keeps its first record."""
+        """Record one proposed environment; a duplicate (same normalised source) keeps its first record.
+        ``env_kwargs``: the constructor arguments validation used (kept in the metadata, read back as
+        ``EnvRecord.env_kwargs``): every play of the environment uses them."""
         check_text("source", source)
         check_verdict(valid, reason)
         for what, text in (("hint", hint), ("message", message), ("class_name", class_name)):
@@ -261,7 +264,14 @@ class Archive:
         if document_id is not None:
             check_text("document_id", document_id)
         parents = check_parents(parents)
-        meta = encode_metadata(metadata if metadata is not None else {})
+        metadata = metadata if metadata is not None else {}
+        if env_kwargs is not None:
+            if not isinstance(env_kwargs, dict) or not all(isinstance(k, str) for k in env_kwargs):
+                raise ValueError(f"env_kwargs must be a dict with string keys, got {env_kwargs!r:.80}")
+            if not isinstance(metadata, dict):
+                raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}")
+            metadata = {**metadata, "env_kwargs": dict(env_kwargs)}
+        meta = encode_metadata(metadata)
         digest, now = source_hash(source), time.time()
         with self._transaction():
             self._check_exist(parents)

@@ -62,6 +62,7 @@ class ValidationReport:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per check
     seconds: float = 0.0
     solution_turns: int = 0
+    env_kwargs: dict = field(default_factory=dict)  # the constructor arguments it was validated with
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -114,16 +115,33 @@ def imported_modules(tree: ast.AST) -> list[str]:
     return names
 
 
-def takes_max_turns(tree: ast.Module, class_name: str) -> bool:
-    """Whether the class's ``__init__`` has a ``max_turns`` parameter (or ``**kwargs``)."""
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    args = item.args
-                    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-                    return "max_turns" in names or args.kwarg is not None
-    return False
+def takes_max_turns(tree: ast.Module, class_name: str, _seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the class's ``__init__`` has a ``max_turns`` parameter (or ``**kwargs``); a class
+    without its own ``__init__`` inherits the first one found among its bases defined in the same
+    module (a design of a kit inherits the kit's)."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    node = classes.get(class_name)
+    if node is None or class_name in _seen:
+        return False
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            args = item.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            return "max_turns" in names or args.kwarg is not None
+    bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+    return any(takes_max_turns(tree, base, _seen | {class_name}) for base in bases[:1])
+
+
+def constructor_kwargs(source: str, max_turns: int, extra: dict | None = None) -> dict:
+    """The constructor arguments an environment is validated and played with: ``max_turns`` when its
+    ``__init__`` takes it, then ``extra`` (which wins). A source without exactly one parseable ``*Env``
+    class gets ``extra`` alone (it cannot be played anyway)."""
+    try:
+        names = find_env_classes(source)
+        takes = len(names) == 1 and takes_max_turns(ast.parse(source), names[0])
+    except (ContractViolation, SyntaxError, ValueError, MemoryError, RecursionError):
+        takes = False
+    return {**({"max_turns": max_turns} if takes else {}), **(extra or {})}
 
 
 def static_checks(source: str, settings: ValidationSettings) -> tuple[str, bool]:
@@ -201,6 +219,7 @@ class _Battery:
         t = time.perf_counter()
         report.class_name, has_max_turns = static_checks(self.source, s)
         kwargs = {**({"max_turns": s.max_turns} if has_max_turns else {}), **s.env_kwargs}
+        report.env_kwargs = dict(kwargs)
         self.passed("static", t)
 
         t = time.perf_counter()

@@ -12,11 +12,13 @@ It is correct when the episode is won (terminated with reward 1); its score is t
 An environment that fails to load, raises, hangs past ``call_timeout_s`` or breaks the contract ends
 its episodes as failures (``stop_reason`` "env_error", with the error), never the suite.
 
-Turn budgets: each environment keeps the budget its constructor gives it by default (the reference
-schedule game allows 3 attempts, the maze 30 moves); ``turn_budget`` > 0 passes ``max_turns`` to every
-environment whose constructor takes it, as the self-play loop does. ``max_turns`` caps every episode
-(the rollout's limit). Sources: ``reference`` (the built-in environments), a run directory or
-``archive.sqlite`` (its valid environments), or a JSONL pool written by ``spade-rl envs export``.
+Turn budgets: an environment of an archive or a pool is played with the constructor arguments it was
+validated with (recorded in the archive); a reference environment keeps the budget its constructor
+gives it by default (the reference schedule game allows 3 attempts, the maze 30 moves);
+``turn_budget`` > 0 passes ``max_turns`` instead to every environment whose constructor takes it.
+``max_turns`` caps every episode (the rollout's limit). Sources: ``reference`` (the built-in
+environments), a run directory or ``archive.sqlite`` (its valid environments), or a JSONL pool
+written by ``spade-rl envs export``.
 Metrics: win rate, mean return, mean turns, environment failures, and the win rate of each environment.
 
 The defaults suit a small model on a CPU: 128 new tokens a turn, 2048 tokens of conversation, 8
@@ -26,7 +28,6 @@ process past 24 GB (killed for memory); raise them on a GPU with ``--option envs
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import logging
 import random
@@ -36,9 +37,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from spade_rl import __version__
-from spade_rl.design.validate import takes_max_turns
+from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import reference
-from spade_rl.envs.loader import find_env_classes
 from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip
 from spade_rl.policy import Policy
 from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
@@ -53,6 +53,7 @@ class HeldOutEnv:
     label: str
     source: str
     setting: str = "games"
+    env_kwargs: dict | None = None  # the constructor arguments it was validated with (archive, pool)
 
 
 class EnvsSuite(Suite):
@@ -68,6 +69,10 @@ class EnvsSuite(Suite):
         "max_context_tokens": 2048,  # the whole conversation
         "call_timeout_s": 5.0,  # deadline of one reset or step
         "batch_episodes": 8,  # episodes played at once (memory grows with episodes x context)
+        # Games only: a forced opening of every turn and the strings that end it, as in training
+        # (rollout.action_prefix / action_stop: the CPU default plays with "\\boxed{" and "}").
+        "action_prefix": "",
+        "action_stop": (),
     }
 
     def __init__(self, **options: Any) -> None:
@@ -128,6 +133,8 @@ class EnvsSuite(Suite):
             temperature=ctx.sampling.temperature,
             top_p=ctx.sampling.top_p,
             call_timeout_s=o["call_timeout_s"],
+            action_prefix={"games": o["action_prefix"]} if o["action_prefix"] else {},
+            action_stop={"games": list(o["action_stop"])} if o["action_stop"] else {},
         )
         episodes: list[Episode] = []
         for start in range(0, len(specs), o["batch_episodes"]):
@@ -151,15 +158,14 @@ class EnvsSuite(Suite):
         )
 
     def _env_kwargs(self, env: HeldOutEnv) -> dict:
+        """The recorded constructor arguments (none for a reference environment); ``turn_budget`` > 0
+        replaces their ``max_turns`` where the constructor takes it."""
+        recorded = dict(env.env_kwargs or {})
         budget = self.options["turn_budget"]
         if budget <= 0:
-            return {}
-        try:
-            classes = find_env_classes(env.source)
-            takes = len(classes) == 1 and takes_max_turns(ast.parse(env.source), classes[0])
-        except (SyntaxError, ValueError):  # it fails to load in the sandbox and is scored as a failure
-            takes = False
-        return {"max_turns": budget} if takes else {}
+            return recorded
+        recorded.pop("max_turns", None)
+        return constructor_kwargs(env.source, budget, recorded)
 
 
 def load_environments(source: str, wanted: tuple[str, ...] = ()) -> list[HeldOutEnv]:
@@ -213,7 +219,7 @@ def _from_archive(path: Path, ids: list[int]) -> list[HeldOutEnv]:
             records = [archive.get(i) for i in valid if not ids or i in ids]
     except (ArchiveError, FileNotFoundError) as exc:
         raise ValueError(f"option envs.source: {exc}") from None
-    return [HeldOutEnv(f"env{r.env_id}", r.source, r.setting) for r in records]
+    return [HeldOutEnv(f"env{r.env_id}", r.source, r.setting, r.env_kwargs) for r in records]
 
 
 def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
@@ -226,7 +232,9 @@ def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
     except ValueError as exc:
         raise ValueError(f"option envs.source: {exc}") from None
     envs = [
-        HeldOutEnv(f"env{r.env_id}", r.source, r.setting) for _, r in records if not ids or r.env_id in ids
+        HeldOutEnv(f"env{r.env_id}", r.source, r.setting, r.env_kwargs)
+        for _, r in records
+        if not ids or r.env_id in ids
     ]
     missing = sorted(set(ids) - {int(e.label[3:]) for e in envs})
     if missing:
