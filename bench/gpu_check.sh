@@ -129,7 +129,7 @@ timeout 480 "$PY" -m spade_rl run --out "$OUT/run" \
     "policy.servers.base_urls=['http://127.0.0.1:$PORT/v1']" \
     "policy.servers.weight_sync='disk'" "policy.servers.sync_dir='$OUT/sync'" \
     "policy.transformers.device='cuda'" "policy.transformers.dtype='float32'" \
-    "loop.iterations=2" "loop.drop_zero_signal_groups=false" \
+    "loop.iterations=2" "loop.drop_zero_signal_groups=false" "warmup.designs=0" \
     "design.max_new_tokens=512" "rollout.max_turns=4" "rollout.max_new_tokens=64" \
     >"$OUT/run.log" 2>&1
 code=$?

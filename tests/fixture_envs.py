@@ -31,7 +31,17 @@ def designer_output(source: str) -> str:
     return f"```python\n{source}```\n<hint>Count the characters.</hint>"
 
 
+# The designer answers of these tests are scripted whole modules, with no warm-up, and the parity game
+# counts every character the model writes (no forced opening): the "question" form, the warm-up and
+# the answer-first turns of the CPU default have their own tests (tests/loop/test_warmup.py).
+SCRIPTED = [
+    "design.form='module'",
+    "warmup.designs=0",
+    "rollout.action_prefix={}",
+    "rollout.action_stop={}",
+]
 SMALL = [
+    *SCRIPTED,
     "loop.iterations=2",
     "loop.designs_per_iteration=2",
     "loop.envs_per_iteration=2",

@@ -308,6 +308,13 @@ def design(
     ),
     setting: str = typer.Option("games", "--setting", help="games or tool_use."),
     hint_mode: str = typer.Option("inline", "--hint-mode", help="inline or separate."),
+    form: str = typer.Option("module", "--form", help="module (a whole environment) or question (the kit)."),
+    warmup: int = typer.Option(
+        0,
+        "--warmup",
+        min=0,
+        help="Warm the designer up on N synthetic designs first (question form; cached).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of every sampling step."),
     iteration: int = typer.Option(1, "--iteration", help="The iteration number recorded in the archive."),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens", min=16),
@@ -318,10 +325,14 @@ def design(
     from spade_rl.archive import Archive
     from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
     from spade_rl.loop.designing import DesignPhaseConfig, design_environments, seed_reference_environments
+    from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up
     from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
 
     try:
-        config = DesignPhaseConfig(n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens)
+        config = DesignPhaseConfig(
+            n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form
+        )
+        warmup_config = WarmupConfig(designs=warmup)
         documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
     except (ValueError, CorpusError) as exc:
         raise _fail(str(exc)) from None
@@ -332,6 +343,11 @@ def design(
             policy = make_policy(PolicyConfig(model=model, seed=seed))
         except (PolicyError, ValueError, OSError) as exc:
             raise _fail(f"cannot load the model: {exc}") from None
+        try:
+            with console.status(f"warming the designer up on {warmup} synthetic designs (cached)"):
+                warm_up(policy, warmup_config, config, documents)
+        except WarmupError as exc:
+            raise _fail(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     try:
@@ -374,18 +390,27 @@ def _read_designer_outputs(path: Path, n: int) -> list[str]:
     return texts
 
 
-def _resolve_play_target(env: str, archive: Path | None, hint_text: str | None) -> tuple[str, str, str, str]:
-    """(source, hint, setting, label) of a file, a reference name, or an archive id."""
+def _resolve_play_target(
+    env: str, archive: Path | None, hint_text: str | None, max_turns: int
+) -> tuple[str, str, str, str, dict]:
+    """(source, hint, setting, label, constructor arguments) of a file, a reference name, or an archive
+    id. An archive environment is played with the arguments it was validated with; any other with
+    ``max_turns`` when its constructor takes it, as validation would give it."""
+    from spade_rl.design.validate import constructor_kwargs
+
     if archive is not None and env.isdigit():
         with _open_archive(archive) as store:
             try:
                 record = store.get(int(env))
             except (KeyError, ValueError) as exc:
                 raise _fail(f"no environment {env} in {archive}: {exc}") from None
-        return record.source, hint_text or record.hint, record.setting, f"archive env {env}"
+        kwargs = record.env_kwargs
+        if kwargs is None:  # an archive written before constructor arguments were recorded
+            kwargs = constructor_kwargs(record.source, max_turns)
+        return record.source, hint_text or record.hint, record.setting, f"archive env {env}", kwargs
     source = _read_env(env)
     setting = reference.SETTINGS.get(env, "tool_use" if "<tool_call>" in source else "games")
-    return source, hint_text or "", setting, env
+    return source, hint_text or "", setting, env, constructor_kwargs(source, max_turns)
 
 
 @app.command()
@@ -407,17 +432,18 @@ def play(
     temperature: float = typer.Option(0.6, "--temperature", min=0.0),
 ) -> None:
     """Watch a model (or yourself, with --human) play an environment in the sandbox, turn by turn."""
-    source, hint_value, setting, label = _resolve_play_target(env, archive, hint_text)
+    source, hint_value, setting, label, env_kwargs = _resolve_play_target(env, archive, hint_text, max_turns)
     if hint and not hint_value:
         raise _fail(f"--hint needs a hint: {label} has none; give one with --hint-text")
     try:
         with SandboxPool(SandboxConfig()) as pool:
             if human:
-                _play_human(pool, source, hint_value if hint else "", seed, max_turns)
+                _play_human(pool, source, env_kwargs, hint_value if hint else "", seed, max_turns)
                 return
             _play_model(
                 pool,
                 source,
+                env_kwargs,
                 hint_value,
                 setting,
                 label,
@@ -436,6 +462,7 @@ def play(
 def _play_model(
     pool,
     source,
+    env_kwargs,
     hint_value,
     setting,
     label,
@@ -447,18 +474,29 @@ def _play_model(
     max_new_tokens,
     temperature,
 ) -> None:
+    from spade_rl.loop.config import RunConfig
     from spade_rl.policy import PolicyConfig, PolicyError, make_policy
     from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 
     try:
         with console.status("loading the model"):
             policy = make_policy(PolicyConfig(model=model, seed=seed))
-        config = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature)
+        # The forced action opening and stop strings of `spade-rl run`'s defaults: play as training plays.
+        defaults = RunConfig().rollout
+        config = RolloutConfig(
+            max_turns=max_turns,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            action_prefix=defaults.action_prefix,
+            action_stop=defaults.action_stop,
+        )
     except (PolicyError, ValueError, OSError) as exc:
         raise _fail(f"cannot load the model: {exc}") from None
     arms = [False, True] if hint else [False]
     specs = [
-        EpisodeSpec(source, seed=seed + i, hint=hint_value, use_hint=use_hint, setting=setting)
+        EpisodeSpec(
+            source, seed=seed + i, hint=hint_value, use_hint=use_hint, setting=setting, env_kwargs=env_kwargs
+        )
         for use_hint in arms
         for i in range(episodes)
     ]
@@ -495,10 +533,10 @@ def _play_model(
     console.print(table)
 
 
-def _play_human(pool, source: str, hint_value: str, seed: int, max_turns: int) -> None:
+def _play_human(pool, source: str, env_kwargs: dict, hint_value: str, seed: int, max_turns: int) -> None:
     from spade_rl.envs import ContractViolation, check_reset_value, check_step_value
 
-    opened = pool.open(source)
+    opened = pool.open(source, env_kwargs)
     if not opened.ok:
         raise _fail(f"the environment does not load: {opened.reason}: {opened.error}")
     handle = opened.value

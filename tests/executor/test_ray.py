@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from fixture_envs import HANGS, PARITY
+from fixture_envs import HANGS, PARITY, SCRIPTED
 from spade_rl.design import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor import ExecutorConfig, ExecutorError, LocalExecutor
@@ -376,7 +376,10 @@ def archive_contents(path: Path) -> dict:
 
 def test_selfplay_on_ray_leaves_the_archive_a_local_run_leaves(cluster, tmp_path):
     overrides = [
+        *SCRIPTED,
         "loop.iterations=2",
+        "loop.designs_per_iteration=2",
+        "loop.envs_per_iteration=2",
         "loop.seed=7",
         "rollout.max_turns=2",
         "rollout.max_new_tokens=8",

@@ -76,7 +76,9 @@ def test_ci_tiny_experiment_writes_the_table_and_the_figure(tmp_path):
             "iter-0002.json",
         ]
     training = {t["arm"]: t for t in comparison["training"]}
-    assert training["fixed-pool"]["designs_proposed"] == 0 and training["spade"]["designs_proposed"] == 4
+    assert (
+        training["fixed-pool"]["designs_proposed"] == 0 and training["spade"]["designs_proposed"] == 8
+    )  # 4 a design iteration
     assert training["fixed-pool"]["updates"] >= 1 and training["spade"]["updates"] >= 1  # the coin flip pays
     assert "comparison:" in done.stdout and "figure:" in done.stdout
 

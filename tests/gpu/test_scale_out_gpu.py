@@ -124,6 +124,7 @@ def launch(config_file: str, run_dir: Path, *overrides: str) -> list[dict]:
         "--num_processes", "2", "--main_process_port", str(free_port()),
         "-m", "spade_rl", "run", "--out", str(run_dir),
         "loop.iterations=1", "loop.drop_zero_signal_groups=false", "design.max_new_tokens=64",
+        "loop.designs_per_iteration=2", "loop.envs_per_iteration=2", "warmup.designs=0",
         "rollout.max_turns=2", "rollout.max_new_tokens=16",
         "train.per_device_train_batch_size=1", "train.gradient_accumulation_steps=8",
         *overrides,

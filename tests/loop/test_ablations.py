@@ -204,8 +204,8 @@ def test_switches_are_validated_before_anything_runs(tmp_path):
         load_config(None, ["designer.source='none'", "pool.reference=[]"])
     # Without designer training the update needs no room for a designer group.
     assert (
-        load_config(None, ["designer.source='none'", "loop.envs_per_iteration=3"]).loop.envs_per_iteration
-        == 3
+        load_config(None, ["designer.source='none'", "loop.envs_per_iteration=7"]).loop.envs_per_iteration
+        == 7
     )
     with pytest.raises(ConfigError, match="rows"):
-        load_config(None, ["loop.envs_per_iteration=3"])
+        load_config(None, ["loop.envs_per_iteration=7"])

@@ -164,7 +164,7 @@ def test_backends_that_cannot_train_are_refused_with_what_to_use() -> None:
         ("openai", "OpenAI chat endpoint cannot continue the rollouts' token sequences"),
         ("vllm", "in-process vLLM engine has no weight sync here; run `vllm serve`"),
     ]:
-        config = load_config(None, [f"policy.backend='{backend}'"])
+        config = load_config(None, [f"policy.backend='{backend}'", "warmup.designs=0"])
         with pytest.raises(ConfigError, match=message):
             make_updater(config, FakePolicy(["x"]))
 
@@ -181,12 +181,17 @@ def test_processes_from_the_launch_environment() -> None:
 
 
 def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
-    transformers = load_config(None, [])
+    transformers = load_config(None, ["warmup.designs=0"])  # (the warm-up runs in one process)
     servers = load_config(
         None,
-        ["policy.backend='servers'", "policy.servers.weight_sync='disk'", "policy.servers.sync_dir='/tmp/x'"],
+        [
+            "policy.backend='servers'",
+            "policy.servers.weight_sync='disk'",
+            "policy.servers.sync_dir='/tmp/x'",
+            "warmup.designs=0",
+        ],
     )
-    inference_only = load_config(None, ["policy.backend='servers'"])
+    inference_only = load_config(None, ["policy.backend='servers'", "warmup.designs=0"])
     Processes().check(inference_only)  # one process: anything goes
     Processes(world_size=2, sharding="none").check(transformers)  # DDP / ZeRO-2: generate in process
     Processes(world_size=2, sharding="zero3").check(servers)
@@ -199,11 +204,13 @@ def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
 
 
 def test_update_capacity_is_per_process_under_accelerate(monkeypatch: pytest.MonkeyPatch) -> None:
-    wide = ["loop.envs_per_iteration=5"]  # 6 blocks of 4 rows; one process holds 12
-    with pytest.raises(ConfigError, match=r"12 rows per process, but an iteration can bring 24 to each of 1"):
+    wide = ["loop.envs_per_iteration=10", "warmup.designs=0"]  # 11 blocks of 4 rows; one process holds 28
+    with pytest.raises(ConfigError, match=r"28 rows per process, but an iteration can bring 44 to each of 1"):
         load_config(None, wide)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert load_config(None, wide).loop.envs_per_iteration == 5  # 3 blocks each
+    assert load_config(None, wide).loop.envs_per_iteration == 10  # 6 blocks each
+    with pytest.raises(ConfigError, match=r"warm-up trains the model of a single process"):
+        load_config(None, ["warmup.designs=8"])
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(ConfigError, match=r"designer\.policy is never trained: its servers take no weights"):
         load_config(
@@ -297,6 +304,7 @@ def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> 
         "loop.iterations=1",
         "loop.envs_per_iteration=2",
         "loop.drop_zero_signal_groups=false",  # every group trains, so that the iteration surely updates
+        "warmup.designs=0",  # the warm-up runs in one process only
         "design.max_new_tokens=32",
         "rollout.max_turns=2",
         "rollout.max_new_tokens=8",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -64,7 +65,7 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="must be an integer"):
         load_config(None, ["loop.iterations='many'"])
     with pytest.raises(ConfigError, match="rows"):
-        load_config(None, ["loop.envs_per_iteration=5"])
+        load_config(None, ["loop.envs_per_iteration=7"])
     bad = tmp_path / "bad.toml"
     bad.write_text("[loop\niterations = 2\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
@@ -132,7 +133,7 @@ def test_killed_run_resumes_without_losing_or_duplicating(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     iterations, proposals = run_dir_state(run_dir)
     assert iterations == [1, 2, 3]
-    assert proposals == [(1, 2), (2, 2), (3, 2)]  # each iteration's designs counted once
+    assert proposals == [(1, 4), (2, 4), (3, 4)]  # each iteration's designs counted once
     with sqlite3.connect(run_dir / "archive.sqlite") as db:
         hashes = [r[0] for r in db.execute("SELECT source_hash FROM environments")]
         assert len(hashes) == len(set(hashes))
@@ -146,3 +147,38 @@ def test_shipped_configs_load_and_cpu_default_is_the_default():
     assert to_data(load_config(root / "cpu-default.toml")) == to_data(load_config())
     gpu = load_config(root / "qwen3-gpu.toml")
     assert (gpu.loop.plays_per_env, gpu.loop.designs_per_iteration, gpu.rollout.max_turns) == (16, 24, 25)
+
+
+TURNS = PARITY.replace(
+    'return "Say something of the right length.", {}',
+    'return f"Say something of the right length within {self.max_turns} turns.", {}',
+).replace("ParityEnv", "TurnsEnv")
+
+
+def test_played_environments_get_the_constructor_arguments_they_were_validated_with(tmp_path):
+    """Validation gives max_turns (the run's turn limit) and the pool's extra arguments; every play
+    of the environment, in the loop and after a resume, gets exactly those (not its defaults)."""
+    assert "max_turns=2" in TURNS  # its own default would be 2 as well: make it differ
+    source = TURNS.replace("max_turns=2", "max_turns=7")
+    model, tokenizer = tiny_random_model(seed=0)
+    policy = RoutingPolicy(model, tokenizer, [designer_output(source), designer_output(PARITY)])
+    overrides = [
+        *SMALL,
+        "loop.iterations=1",
+        "pool.reference=['guess']",
+        "pool.reference_kwargs={guess={high=3}}",  # won within the run's 2 turns
+    ]
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        list(run.iterations())
+        turns_id = next(i for i in run.archive.ids(valid=True) if "TurnsEnv" in run.archive.get(i).source)
+        guess_id = run.archive.ids(origin="reference")[0]
+        assert run.archive.get(turns_id).env_kwargs == {"max_turns": 2}
+        assert run.archive.get(guess_id).env_kwargs == {"max_turns": 2, "high": 3}
+        played = run._play([turns_id, guess_id], random.Random(0), 2)
+    turns, guess = played
+    for episode in turns.nohint + turns.hint:
+        assert episode.spec.env_kwargs == {"max_turns": 2}
+        assert "within 2 turns" in episode.messages[1]["content"]
+    for episode in guess.nohint + guess.hint:
+        assert "from 1 to 3" in episode.messages[1]["content"]
+        assert "You have 2 guesses" in episode.messages[1]["content"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from report_helpers import HANGS, PARITY, SYNTAX, HandRun, designer_output
 
+from fixture_envs import SCRIPTED
 from spade_rl.policy import FakePolicy
 
 
@@ -27,6 +28,7 @@ def hand_run(tmp_path):
 
 
 SMALL_RUN = [
+    *SCRIPTED,
     "loop.iterations=3",
     "loop.designs_per_iteration=2",
     "loop.envs_per_iteration=2",

@@ -167,3 +167,67 @@ def _syntax_message(source: str) -> str:
     except (ValueError, MemoryError, RecursionError) as exc:
         return f"the code cannot be parsed: {type(exc).__name__}"
     return "the code does not parse"
+
+
+def parse_question_design(
+    text: str, truncated: bool = False, need_hint: bool = True, rules: HintRules = HintRules()
+) -> Parsed:
+    """Parse a design in the "question" form (:mod:`spade_rl.envs.kits`): one code block holding a
+    subclass of ``QuestionTask`` whose name ends in ``Env``, with its hint as the class attribute
+    ``hint`` (a string literal; an inline hint needs it). ``text`` is the whole answer, the forced
+    opening of the block included. The source of a parsed design is the kit composed with the code:
+    one self-contained module. Reasons as :func:`parse_design`'s; a class that is not a
+    ``QuestionTask`` is ``no_env_class``. Never raises."""
+    try:
+        return _parse_question_design(text, truncated, need_hint, rules)
+    except Exception as exc:  # noqa: BLE001 - parsing model output must never raise
+        return Parsed("no_code_block", message=f"unreadable designer output ({type(exc).__name__})")
+
+
+def _parse_question_design(text: str, truncated: bool, need_hint: bool, rules: HintRules) -> Parsed:
+    from spade_rl.envs import kits
+
+    base = kits.BASE_CLASSES["question"]
+    blocks = _blocks(text)
+    if not blocks:
+        reason = "truncated" if truncated else "no_code_block"
+        return Parsed(reason, message="no fenced ```python code block was found")
+    code, closed = blocks[0]
+    if not closed and truncated:
+        return Parsed("truncated", message="the output ended inside the code block (token limit)")
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return Parsed("syntax_error", source=code, message=_syntax_message(code))
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith(ENV_CLASS_SUFFIX)]
+    if len(classes) > 1:
+        names = ", ".join(sorted({c.name for c in classes}))
+        return Parsed("multiple_env_classes", source=code, message=f"expected one *Env class, found {names}")
+    if not classes or not any(isinstance(b, ast.Name) and b.id == base for b in classes[0].bases):
+        return Parsed(
+            "no_env_class",
+            source=code,
+            message=f"expected one class whose name ends in {ENV_CLASS_SUFFIX!r} and that subclasses {base}",
+        )
+    source = kits.compose("question", code)
+    if not need_hint:
+        return Parsed("ok", source=source)
+    hint = _class_hint(classes[0])
+    if not hint:
+        return Parsed("missing_hint", source=source, message="the class has no hint = '...' string attribute")
+    checked = check_hint(hint, rules)
+    return Parsed(checked.reason, source=source, hint=checked.hint, message=checked.message)
+
+
+def _class_hint(node: ast.ClassDef) -> str:
+    """The string literal assigned to ``hint`` in the class body (the last one), or ''."""
+    hint = ""
+    for item in node.body:
+        targets = item.targets if isinstance(item, ast.Assign) else []
+        if isinstance(item, ast.AnnAssign):
+            targets = [item.target]
+        value = getattr(item, "value", None)
+        if any(isinstance(t, ast.Name) and t.id == "hint" for t in targets):
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                hint = value.value
+    return hint

@@ -157,3 +157,39 @@ def hint_chat(source: str, skill: str = "") -> list[dict]:
         "exact winning actions."
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# --- the "question" form: a design is a QuestionTask subclass (spade_rl.envs.kits) ---------------------
+QUESTION_PREFIX = "```python\nclass "  # the designer's answer starts here; the rest is its own
+QUESTION_STOP = "```"  # the end of the code block ends the answer
+
+_QUESTION_SYSTEM = """\
+You write small Python classes that are training tasks for an AI agent. A task is a subclass of
+QuestionTask whose name ends in Env, with:
+- make(self, rng): draw the numbers, names or choices of one instance with rng (a random.Random),
+  and return (question, answer); the answer is a number or a short word, computed from what you drew.
+- hint: a class attribute, one sentence that helps to solve the task without giving the answer.
+No imports are needed."""
+
+
+def question_designer_chat(
+    document: str, skill: str, example: str, config: PromptConfig = PromptConfig(), title: str = ""
+) -> list[dict]:
+    """The chat that asks for one design in the "question" form, shown one ``example`` design (the
+    code of a QuestionTask subclass); an empty ``document`` leaves the grounding out."""
+    parts = []
+    if document.strip():
+        parts.append(
+            "Document"
+            + (f" ({title})" if title else "")
+            + ":\n<document>\n"
+            + _truncate_words(document, config.max_document_words)
+            + "\n</document>"
+        )
+    parts.append(f"An example task:\n```python\n{example.strip()}\n```")
+    about = " about the document" if document.strip() else ""
+    parts.append(
+        f"Write one new task{about} that trains the skill {skill}, in the same form as the example. "
+        "Draw every number with rng, so that each seed gives a new instance."
+    )
+    return [{"role": "system", "content": _QUESTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]

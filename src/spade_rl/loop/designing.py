@@ -13,28 +13,36 @@ Each ``DesignOutcome`` keeps the prompt and the generation, which become designe
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import random
 from dataclasses import dataclass, field
 
 from spade_rl.archive import Archive, MemorySample
 from spade_rl.corpus import Corpus
-from spade_rl.design.parse import Parsed, parse_design, parse_hint
+from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_question_design
 from spade_rl.design.prompts import (
     GAME_SKILLS,
+    QUESTION_PREFIX,
+    QUESTION_STOP,
     TOOL_USE_SKILLS,
     MemoryExample,
     PromptConfig,
     designer_chat,
     hint_chat,
+    question_designer_chat,
 )
 from spade_rl.design.validate import ValidationReport, ValidationSettings
-from spade_rl.envs import reference
+from spade_rl.envs import kits, reference
 from spade_rl.executor import Executor, as_executor
 from spade_rl.policy import Generation, Policy, SamplingSettings
 from spade_rl.sandbox import SandboxPool
 
 log = logging.getLogger(__name__)
+
+
+FORMS = ("module", "question")
 
 
 @dataclass(frozen=True)
@@ -51,10 +59,26 @@ class DesignPhaseConfig:
     validation: ValidationSettings = field(default_factory=ValidationSettings)
     memory: bool = True  # false: no archive examples in the designer prompt (ablation "no memory")
     grounding: bool = True  # false: no corpus document in the designer prompt (ablation "no grounding")
+    # "module" (the paper's): the design is a whole environment module. "question": a QuestionTask
+    # subclass of the kit (spade_rl.envs.kits) writing make(rng) and a hint, about 8 lines: the answer
+    # is forced to open with "```python\nclass " and stops at the end of its code block.
+    form: str = "module"
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"design n must be at least 1, got {self.n}")
+        if self.form not in FORMS:
+            raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
+        if self.form == "question" and self.setting != "games":
+            raise ValueError(
+                f"design form 'question' writes single-question games; setting is {self.setting!r} "
+                "(use form = 'module' for tool use)"
+            )
+        if self.form == "question" and any(skill not in kits.EXAMPLES for skill in self.skill_list):
+            raise ValueError(
+                f"design form 'question' has example designs for the skills {sorted(kits.EXAMPLES)}; "
+                f"got {list(self.skill_list)}"
+            )
         if self.prompt.setting != self.setting or self.prompt.hint_mode != self.hint_mode:
             # One place decides the setting and the hint mode: copy them into the prompt config.
             object.__setattr__(
@@ -117,22 +141,57 @@ def _memory_examples(sample: MemorySample) -> list[MemoryExample]:
     return examples
 
 
+def _question_example(memory: MemorySample | None, skill: str) -> str:
+    """The example a "question" design is shown: the code of a design in that form from the memory
+    (a frontier one first), else the kit's built-in example for the skill."""
+    if memory is not None:
+        ranked = sorted(memory.examples, key=lambda e: e.role != "positive")
+        for example in ranked:
+            part = kits.design_part(example.record.source)
+            if part:
+                return part
+    return kits.EXAMPLES[skill]
+
+
+def generate_with_prefix(
+    policy: Policy, chats: list[list[dict]], prefix: str, settings: SamplingSettings
+) -> list[Generation]:
+    """Generations that start with ``prefix``: the prefix's tokens follow the generation prompt, the
+    model continues from them, and each ``text`` is the prefix plus what the model wrote (the prefix
+    tokens are prompt tokens: they never train). A backend that cannot continue token prompts
+    (the openai backend) gets the chats alone, and its text is what it wrote."""
+    if not policy.supports_token_prompts:
+        return policy.generate(chats, settings)
+    prefix_ids = list(policy.tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    prompts = [policy.render(chat, add_generation_prompt=True) + prefix_ids for chat in chats]
+    return [dataclasses.replace(g, text=prefix + g.text) for g in policy.generate_tokens(prompts, settings)]
+
+
 def seed_reference_environments(
     archive: Archive,
     executor: Executor | SandboxPool,
     settings: ValidationSettings,
     names: tuple[str, ...] | None = None,
+    env_kwargs: dict[str, dict] | None = None,
 ) -> int:
     """Validate the built-in reference environments (``names``, default all) and add the missing ones
-    (iteration 0, origin "reference"): the designer's memory and the training pool before anything
-    valid is designed."""
+    (iteration 0, origin "reference", with their hints): the designer's memory and the training pool
+    before anything valid is designed. ``env_kwargs`` maps a name to constructor arguments (for
+    example an easier size) that it is validated, and then always played, with."""
     added = 0
     names = reference.NAMES if names is None else names
+    env_kwargs = env_kwargs or {}
     missing = [name for name in names if archive.find(reference.source(name)) is None]
-    reports = as_executor(executor).validate_many(
-        [(reference.source(name), "") for name in missing], settings
-    )
-    for name, report in zip(missing, reports, strict=True):
+    by_kwargs: dict[str, list[str]] = {}  # one batch of validations per set of constructor arguments
+    for name in missing:
+        by_kwargs.setdefault(json.dumps(env_kwargs.get(name, {}), sort_keys=True), []).append(name)
+    reports: dict[str, ValidationReport] = {}
+    for kwargs, group in by_kwargs.items():
+        extra = dataclasses.replace(settings, env_kwargs={**settings.env_kwargs, **json.loads(kwargs)})
+        requests = [(reference.source(name), reference.HINTS[name]) for name in group]
+        reports.update(zip(group, as_executor(executor).validate_many(requests, extra), strict=True))
+    for name in missing:
+        report = reports[name]
         source = reference.source(name)
         result = archive.add(
             source,
@@ -142,9 +201,11 @@ def seed_reference_environments(
             skill=name,
             setting=reference.SETTINGS[name],
             iteration=0,
+            hint=reference.HINTS[name],
             class_name=report.class_name,
             origin="reference",
             metadata={"name": name, "validation_seconds": report.seconds},
+            env_kwargs=report.env_kwargs if report.valid else None,
         )
         added += not result.duplicate
         if not report.valid and "max_turns is" in report.message:
@@ -171,13 +232,12 @@ def design_environments(
         skill = skills[rng.randrange(len(skills))]
         document = corpus.sample(rng, 1)[0] if config.grounding else None
         memory = archive.sample_memory(rng, setting=config.setting) if config.memory else None
-        chat = designer_chat(
-            document.text if document is not None else "",
-            skill,
-            _memory_examples(memory) if memory is not None else [],
-            config.prompt,
-            document.title or "" if document is not None else "",
-        )
+        text, title = (document.text, document.title or "") if document is not None else ("", "")
+        if config.form == "question":
+            chat = question_designer_chat(text, skill, _question_example(memory, skill), config.prompt, title)
+        else:
+            examples = _memory_examples(memory) if memory is not None else []
+            chat = designer_chat(text, skill, examples, config.prompt, title)
         document_id = document.id if document is not None else None
         parents = memory.parent_ids if memory is not None else ()
         plans.append((skill, document_id, parents, chat))
@@ -193,19 +253,27 @@ def design_environments(
         temperature=config.temperature,
         top_p=config.top_p,
         seed=rng.randrange(2**31),
+        stop=(QUESTION_STOP,) if config.form == "question" else (),
+        include_stop_string=True,
     )
-    generations = policy.generate([chat for *_, chat in plans], sampling)
+    chats = [chat for *_, chat in plans]
     need_hint = config.hint_mode == "inline"
-    parsed = [
-        parse_design(g.text, truncated=g.finish_reason == "length", need_hint=need_hint) for g in generations
-    ]
+    if config.form == "question":
+        generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling)
+        parse = parse_question_design
+    else:
+        generations = policy.generate(chats, sampling)
+        parse = parse_design
+    parsed = [parse(g.text, truncated=g.finish_reason == "length", need_hint=need_hint) for g in generations]
 
     hint_chats: list[list[dict] | None] = [None] * len(plans)
     hint_generations: list[Generation | None] = [None] * len(plans)
     if not need_hint:
         wanted = [i for i, p in enumerate(parsed) if p.ok]
         if wanted:
-            chats = [hint_chat(parsed[i].source, plans[i][0]) for i in wanted]
+            chats = [
+                hint_chat(kits.design_part(parsed[i].source) or parsed[i].source, plans[i][0]) for i in wanted
+            ]
             hint_settings = SamplingSettings(
                 max_new_tokens=config.hint_max_new_tokens,
                 temperature=config.temperature,
@@ -250,6 +318,7 @@ def design_environments(
                 "finish_reason": generation.finish_reason,
                 "validation_seconds": report.seconds if report else 0.0,
             },
+            env_kwargs=report.env_kwargs if valid else None,
         )
         outcomes.append(
             DesignOutcome(

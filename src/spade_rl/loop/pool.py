@@ -273,6 +273,7 @@ def add_entries(
             class_name=report.class_name,
             origin="import",
             metadata={**entry.metadata, "validation_seconds": report.seconds},
+            env_kwargs=report.env_kwargs if report.valid else None,
         )
         if not report.valid:
             log.warning("pool environment %s failed validation: %s", entry.metadata, report.message)
@@ -286,7 +287,9 @@ def seed_pool(
     settings: ValidationSettings,
 ) -> int:
     """Add the configured pool to the archive (what is already there stays); returns how many were added."""
-    added = seed_reference_environments(archive, executor, settings, names=config.reference)
+    added = seed_reference_environments(
+        archive, executor, settings, names=config.reference, env_kwargs=config.reference_kwargs
+    )
     entries: list[PoolEntry] = []
     if config.jsonl:
         entries += jsonl_entries(config.jsonl)

@@ -34,7 +34,6 @@ GRPO on the fixed pool), ``"frozen"`` designs with a model that is never trained
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import json
@@ -51,11 +50,12 @@ from pathlib import Path
 
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
-from spade_rl.design.validate import takes_max_turns
+from spade_rl.design.validate import constructor_kwargs
 from spade_rl.executor import Executor, make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config, save_config
 from spade_rl.loop.designing import DesignOutcome, design_environments
 from spade_rl.loop.pool import seed_pool
+from spade_rl.loop.warmup import warm_up
 from spade_rl.policy import Policy, make_policy
 from spade_rl.rewards import (
     centred_advantages,
@@ -102,6 +102,11 @@ class SelfPlay:
                 )
             save_config(config, self.run_dir / "config.json")
         self.policy = policy if policy is not None else make_policy(config.policy)
+        self.corpus = Corpus.from_config(config.corpus)
+        # The designer's warm-up (from the cache after the first time): the starting weights of every role.
+        warmup = warm_up(self.policy, config.warmup, config.design, self.corpus)
+        if warmup:
+            (self.run_dir / "warmup.json").write_text(json.dumps(warmup, indent=2) + "\n")
         # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
         self.designer_policy = self._make_designer(designer_policy)
         self._eval_pool_owned: SandboxPool | None = None
@@ -113,7 +118,6 @@ class SelfPlay:
         self.executor = make_executor(config.executor, config.sandbox)
         self.executor.start()
         self.archive = Archive(self.run_dir / "archive.sqlite", config.archive)
-        self.corpus = Corpus.from_config(config.corpus)
         if resume:
             self._restore()
         seed_pool(self.archive, self.executor, config.pool, config.design.validation)
@@ -221,6 +225,7 @@ class SelfPlay:
     def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
         k = self.config.loop.plays_per_env
         records = [self.archive.get(env_id) for env_id in env_ids]
+        kwargs = {r.env_id: self._env_kwargs(r) for r in records}
         specs = [
             EpisodeSpec(
                 r.source,
@@ -228,6 +233,7 @@ class SelfPlay:
                 hint=r.hint,
                 use_hint=use_hint,
                 setting=r.setting,
+                env_kwargs=kwargs[r.env_id],
                 tag=(r.env_id, use_hint),
             )
             for r in records
@@ -254,6 +260,13 @@ class SelfPlay:
             )
             played.append(PlayedEnv(record.env_id, nohint, hint, stats))
         return played
+
+    def _env_kwargs(self, record) -> dict:
+        """The constructor arguments it was validated with (an archive of an older version recorded none:
+        then what validation under this run's settings gives it)."""
+        if record.env_kwargs is not None:
+            return record.env_kwargs
+        return constructor_kwargs(record.source, self.config.design.validation.max_turns)
 
     def _agent_samples(self, played: list[PlayedEnv]) -> tuple[list[Sample], list[bool]]:
         """No-hint episodes are the agent's samples: one group per environment, z-scored returns."""
@@ -445,15 +458,6 @@ class _DesignerSamples:
     groups: int
     zero_signal: int
     mean_reward: float | None
-
-
-def _turn_limit(source: str, class_name: str, max_turns: int) -> dict:
-    """Constructor arguments that give the environment the run's turn limit, as validation did."""
-    try:
-        takes = takes_max_turns(ast.parse(source), class_name)
-    except (SyntaxError, ValueError):
-        takes = False
-    return {"max_turns": max_turns} if takes else {}
 
 
 def _finite(metrics: dict) -> dict:

@@ -39,6 +39,40 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
+# The privileged hint of each reference environment (SPADE's designer writes one for every design): a
+# strategy that helps, never the answer of an instance. The loop plays with and without it.
+HINTS: dict[str, str] = {
+    "guess": (
+        "Use binary search: guess the middle of the numbers still possible, and after each answer keep "
+        "only the half it points to."
+    ),
+    "arithmetic": (
+        "Find the numbers the story combines and the operation each step needs, compute step by step, "
+        "and box only the final whole number."
+    ),
+    "maze": (
+        "Trace the open squares from S to G on the drawing first, then send those moves in order; a move "
+        "into # leaves you where you are."
+    ),
+    "codebreaker": (
+        "Guess only codes that agree with every answer so far; a code of one repeated digit tells you how "
+        "often that digit appears."
+    ),
+    "lights": (
+        "Pressing a cell twice undoes it, so press each cell at most once; clear the board row by row, "
+        "pressing below every light that is still on."
+    ),
+    "schedule": (
+        "Add up all durations: the best makespan is at least half the total, so balance the two printers "
+        "as evenly as possible, placing the longest jobs first."
+    ),
+    "tools": (
+        "List the products first, then look up each product the question needs, and compute the answer "
+        "from the tool results only."
+    ),
+}
+
+
 class UnknownReferenceName(KeyError):
     """A reference environment name that does not exist; the message lists the allowed names."""
 

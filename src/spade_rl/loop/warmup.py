@@ -1,0 +1,226 @@
+"""The designer's supervised warm-up: teach a small model the "question" form before self-play starts.
+
+    metrics = warm_up(policy, WarmupConfig(designs=48), design_config, corpus)
+
+Measured on SmolLM2-135M (``python bench/learning_signal.py``): by prompting alone it writes no valid
+design, whole module or ``QuestionTask`` subclass. The warm-up fine-tunes the policy on ``designs``
+designer prompts of the run's own form (corpus document, skill, one example design, exactly as the
+design phase builds them), each answered by a synthetic design (:mod:`spade_rl.design.synthetic`)
+about that document: cross-entropy on the answer tokens only, AdamW, ``epochs`` passes. The answer
+starts after the forced opening of the block (``design.prompts.QUESTION_PREFIX``), as the design
+phase's generations do.
+
+The result is cached (``$SPADE_RL_CACHE/warmup/<key>/``, written whole or not at all): the key covers
+the model's weights, this configuration, the design form and prompt settings, the corpus settings and
+the source of the kit, the prompts and the synthetic designs, so that anything that changes what
+would be learned gives a new entry, and the same entry is found again on the next run and on resume
+(where LoRA needs the warmed-up base weights before its adapter is loaded). ``designs = 0`` (the
+default, and the paper's setting) turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spade_rl.corpus import Corpus, CorpusConfig
+from spade_rl.design import prompts, synthetic
+from spade_rl.design.prompts import QUESTION_PREFIX, QUESTION_STOP, question_designer_chat
+from spade_rl.envs import kits
+from spade_rl.loop.designing import DesignPhaseConfig
+from spade_rl.policy import Policy
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the training procedure changes what a cache entry holds
+
+
+class WarmupError(ValueError):
+    """A warm-up that cannot run with this policy or configuration; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    designs: int = 0  # synthetic designs to learn from; 0: no warm-up
+    epochs: int = 2
+    learning_rate: float = 5e-5
+    batch_size: int = 4  # designs per optimiser step (one sequence per forward pass)
+    seed: int = 0
+    cache: bool = True  # keep the warmed-up weights in the cache folder, and use them when found
+
+    def __post_init__(self) -> None:
+        if self.designs < 0 or self.epochs < 1 or self.batch_size < 1 or self.seed < 0:
+            raise ValueError(
+                "warmup.designs must be >= 0 (0: off), warmup.epochs and warmup.batch_size >= 1, "
+                f"warmup.seed >= 0; got {self.designs}, {self.epochs}, {self.batch_size}, {self.seed}"
+            )
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"warmup.learning_rate must be in (0, 1), got {self.learning_rate}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.designs > 0
+
+
+def warmup_examples(
+    config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus
+) -> list[tuple[list[dict], str]]:
+    """(designer chat, answer) pairs: the chat as the design phase writes it, with an example design
+    that is the kit's built-in one or (half the time, as the memory would show) another synthetic
+    design; the answer is a synthetic design after the forced opening, closed by the end of the block."""
+    examples = []
+    skills = design.skill_list
+    for i in range(config.designs):
+        rng = random.Random(f"spade-rl/warmup/{config.seed}/{i}")
+        skill = skills[rng.randrange(len(skills))]
+        document = corpus.sample(rng, 1)[0] if design.grounding else None
+        text, title = (document.text, document.title or "") if document is not None else ("", "")
+        if rng.random() < 0.5:
+            shown = kits.EXAMPLES[skill]
+        else:
+            other = corpus.sample(rng, 1)[0].text if design.grounding else ""
+            shown = synthetic.synthetic_design(rng, skill, other)[0]
+        chat = question_designer_chat(text, skill, shown, design.prompt, title)
+        code, _ = synthetic.synthetic_design(rng, skill, text)
+        answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
+        examples.append((chat, answer))
+    return examples
+
+
+def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, corpus: CorpusConfig) -> str:
+    """What the warm-up's result depends on, hashed."""
+    digest = hashlib.sha256()
+    settings = {
+        "format": FORMAT,
+        "warmup": {k: v for k, v in asdict(config).items() if k != "cache"},
+        "design": {
+            "form": design.form,
+            "skills": list(design.skill_list),
+            "grounding": design.grounding,
+            "max_document_words": design.prompt.max_document_words,
+        },
+        "corpus": repr(corpus),
+    }
+    digest.update(json.dumps(settings, sort_keys=True, default=repr).encode())
+    for module in (synthetic, prompts):
+        digest.update(Path(module.__file__).read_bytes())
+    digest.update(kits.source("question").encode())
+    for name, tensor in sorted(policy.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().flatten()[:256].cpu().numpy().tobytes())
+    return digest.hexdigest()[:20]
+
+
+def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus) -> dict:
+    """Warm the policy up in place (from the cache when the same warm-up was done before); returns
+    ``warmup/*`` metrics (``cached``, ``seconds``, ``loss_first``, ``loss_last``, ``designs``)."""
+    if not config.enabled:
+        return {}
+    from spade_rl.policy.models import cache_root
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+
+    if not isinstance(policy, TransformersPolicy):
+        raise WarmupError(
+            f"the warm-up trains an in-process transformers policy, not a {type(policy).__name__}; "
+            "set warmup.designs = 0, or use policy.backend = 'transformers'"
+        )
+    if design.form != "question":
+        raise WarmupError(
+            f"the warm-up teaches the 'question' design form; design.form is {design.form!r} "
+            "(set warmup.designs = 0 or design.form = 'question')"
+        )
+    started = time.perf_counter()
+    folder = cache_root() / "warmup" / cache_key(policy, config, design, corpus.config)
+    weights = folder / "model.safetensors"
+    if config.cache and weights.exists():
+        _load(policy, weights)
+        stats = json.loads((folder / "stats.json").read_text())
+        log.info("warm-up loaded from %s", folder)
+        return {**stats, "warmup/cached": 1.0, "warmup/seconds": time.perf_counter() - started}
+    losses = _train(policy, warmup_examples(config, design, corpus), config)
+    stats = {
+        "warmup/designs": float(config.designs),
+        "warmup/loss_first": losses[0],
+        "warmup/loss_last": losses[-1],
+        "warmup/train_seconds": time.perf_counter() - started,
+    }
+    if config.cache:
+        _save(policy, folder, stats)
+    log.info("warm-up: %d designs, loss %.3f -> %.3f", config.designs, losses[0], losses[-1])
+    return {**stats, "warmup/cached": 0.0, "warmup/seconds": time.perf_counter() - started}
+
+
+def _train(policy, examples: list[tuple[list[dict], str]], config: WarmupConfig) -> list[float]:
+    """Cross-entropy on the answer tokens, one sequence per pass, a step every ``batch_size``; the
+    mean loss of each step."""
+    import torch
+
+    model, tokenizer = policy.model, policy.tokenizer
+    device = next(model.parameters()).device
+    rows = []
+    for chat, answer in examples:
+        prompt = policy.render(chat, add_generation_prompt=True)
+        prompt += tokenizer(QUESTION_PREFIX, add_special_tokens=False)["input_ids"]
+        target = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        rows.append((prompt, target))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
+    order = random.Random(f"spade-rl/warmup-order/{config.seed}")
+    losses = []
+    model.train()
+    try:
+        for _ in range(config.epochs):
+            indices = list(range(len(rows)))
+            order.shuffle(indices)
+            for start in range(0, len(indices), config.batch_size):
+                batch = [rows[i] for i in indices[start : start + config.batch_size]]
+                total = 0.0
+                for prompt, target in batch:
+                    ids = torch.tensor([prompt + target], device=device)
+                    labels = torch.tensor([[-100] * len(prompt) + target], device=device)
+                    loss = model(input_ids=ids, labels=labels).loss / len(batch)
+                    loss.backward()
+                    total += float(loss.detach())
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(total)
+    finally:
+        model.eval()
+        del optimizer
+    clear = getattr(policy, "clear_prefix_cache", None)
+    if callable(clear):
+        clear()
+    return losses
+
+
+def _save(policy, folder: Path, stats: dict) -> None:
+    from safetensors.torch import save_model
+
+    partial = folder.with_name(folder.name + f".partial-{time.time_ns()}")
+    partial.mkdir(parents=True)
+    try:
+        save_model(policy.model, str(partial / "model.safetensors"))  # tied weights stored once
+        (partial / "stats.json").write_text(json.dumps(stats))
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.rename(folder)  # whole or not at all
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _load(policy, weights: Path) -> None:
+    from safetensors.torch import load_model
+
+    device = str(next(policy.model.parameters()).device)
+    try:
+        load_model(policy.model, str(weights), strict=True, device=device)
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise WarmupError(f"the cached warm-up {weights} cannot be loaded into this model: {exc}") from None
+    clear = getattr(policy, "clear_prefix_cache", None)
+    if callable(clear):
+        clear()

@@ -1,0 +1,122 @@
+"""The designer's warm-up: synthetic designs that validate, and a cached fine-tune of a real (tiny) model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spade_rl.corpus import Corpus
+from spade_rl.design import ValidationSettings, validate_source
+from spade_rl.design.parse import parse_question_design
+from spade_rl.design.prompts import QUESTION_PREFIX
+from spade_rl.design.synthetic import FAMILIES, document_words, synthetic_design
+from spade_rl.loop.config import ConfigError, load_config
+from spade_rl.loop.designing import DesignPhaseConfig
+from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up, warmup_examples
+from spade_rl.policy import FakePolicy, tiny_random_model
+from spade_rl.policy.transformers_backend import TransformersPolicy
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
+        yield p
+
+
+def test_document_words_are_usable_names():
+    words = document_words("The class Honey-bees visit 3 flowers; def lambda return flowers GARDEN x")
+    assert words == ["honey", "bees", "visit", "flowers", "garden"]
+
+
+@pytest.mark.parametrize("skill", sorted(FAMILIES))
+def test_synthetic_designs_validate_in_the_sandbox(pool, skill):
+    corpus = Corpus.from_config()
+    rng = random.Random(skill)
+    for _ in range(3):
+        code, hint = synthetic_design(rng, skill, corpus.sample(rng, 1)[0].text)
+        parsed = parse_question_design(f"```python\n{code}```")
+        assert parsed.ok and parsed.hint == hint, parsed
+        report = validate_source(pool, parsed.source, ValidationSettings(max_turns=4), hint=parsed.hint)
+        assert report.valid, (report, code)
+
+
+def test_examples_are_the_design_phase_prompt_and_a_closed_block():
+    design = DesignPhaseConfig(form="question")
+    examples = warmup_examples(WarmupConfig(designs=6), design, Corpus.from_config())
+    assert len(examples) == 6
+    for chat, answer in examples:
+        assert chat[0]["role"] == "system" and "QuestionTask" in chat[0]["content"]
+        assert parse_question_design(QUESTION_PREFIX + answer).ok
+        assert answer.endswith("```") and not answer.startswith("class")
+    assert examples == warmup_examples(WarmupConfig(designs=6), design, Corpus.from_config())  # seeded
+
+
+def test_warm_up_trains_the_model_and_is_found_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
+    config = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3)
+    design = DesignPhaseConfig(form="question")
+    model, tokenizer = tiny_random_model(seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    first = warm_up(TransformersPolicy(model, tokenizer), config, design, Corpus.from_config())
+    assert first["warmup/cached"] == 0.0 and first["warmup/loss_last"] < first["warmup/loss_first"]
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
+    assert any(not (before[k] == trained[k]).all() for k in before)
+    assert len(list((tmp_path / "cache" / "warmup").iterdir())) == 1
+    again, _ = tiny_random_model(seed=0)  # the same starting weights: the same cache entry
+    second = warm_up(TransformersPolicy(again, tokenizer), config, design, Corpus.from_config())
+    assert second["warmup/cached"] == 1.0
+    assert all((again.state_dict()[k] == trained[k]).all() for k in trained)
+    other, _ = tiny_random_model(seed=1)  # other weights: another entry
+    assert (
+        warm_up(TransformersPolicy(other, tokenizer), config, design, Corpus.from_config())["warmup/cached"]
+        == 0.0
+    )
+
+
+def test_warm_up_refuses_what_it_cannot_train():
+    with pytest.raises(WarmupError, match="transformers"):
+        warm_up(
+            FakePolicy(["x"]),
+            WarmupConfig(designs=2),
+            DesignPhaseConfig(form="question"),
+            Corpus.from_config(),
+        )
+    with pytest.raises(ConfigError, match=r"design\.form"):
+        load_config(None, ["warmup.designs=8", "design.form='module'"])
+    with pytest.raises(ConfigError, match=r"warmup\.designs must be"):
+        load_config(None, ["warmup.designs=-1"])
+    assert not WarmupConfig().enabled  # off unless asked for
+
+
+def test_the_cpu_default_mechanisms_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
+    """Warm-up, designs in the question form written by the model itself through the forced opening,
+    validation in the real sandbox, answer-first turns, and a GRPO update: one iteration of the CPU
+    default's loop, with the tiny random model in place of SmolLM2."""
+    from spade_rl.loop.run import SelfPlay
+
+    model, tokenizer = tiny_random_model(seed=0)  # (built before the cache moves: its tokenizer is cached)
+    monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
+    overrides = [
+        "loop.iterations=1",
+        "warmup.designs=4",
+        "warmup.epochs=1",
+        "design.max_new_tokens=48",
+        "rollout.max_turns=2",
+        "pool.reference=['guess', 'codebreaker']",
+        "train.learning_rate=1e-3",
+    ]
+    with SelfPlay(
+        load_config(None, overrides), tmp_path / "run", policy=TransformersPolicy(model, tokenizer)
+    ) as run:
+        [metrics] = list(run.iterations())
+        designs = [run.archive.get(i) for i in run.archive.ids(origin="designer")]
+        played = run._play(run.archive.ids(origin="reference"), random.Random(0), 2)
+    assert (tmp_path / "run" / "warmup.json").exists()
+    assert metrics["designer/proposed"] == 4 and len(designs) >= 1
+    assert sum(metrics["designer/reasons"].values()) == 4
+    for episode in (e for p in played for e in p.nohint + p.hint):
+        assert episode.turns and all(t.action.startswith("\\boxed{") for t in episode.turns)
+        assert episode.spec.env_kwargs["max_turns"] == 2
+    assert metrics["agent/envs"] >= 1
