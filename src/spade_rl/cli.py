@@ -324,13 +324,17 @@ def design(
 
     from spade_rl.archive import Archive
     from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
+    from spade_rl.design.prompts import PromptConfig
+    from spade_rl.loop.config import RunConfig
     from spade_rl.loop.designing import DesignPhaseConfig, design_environments, seed_reference_environments
     from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up
     from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
 
     try:
+        # The question form with the run's prompt settings: the warm-up of `spade-rl run` is reused.
+        prompt = RunConfig().design.prompt if form == "question" else PromptConfig()
         config = DesignPhaseConfig(
-            n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form
+            n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form, prompt=prompt
         )
         warmup_config = WarmupConfig(designs=warmup)
         documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
