@@ -20,6 +20,7 @@ out of a composed source (what the designer is shown as an example and what it w
     True
 """
 
+import functools
 from importlib import resources
 
 NAMES: tuple[str, ...] = ("question",)
@@ -98,8 +99,9 @@ class UnknownKit(KeyError):
         return str(self.args[0])
 
 
+@functools.cache
 def source(name: str) -> str:
-    """The source text of kit ``name``."""
+    """The source text of kit ``name`` (read once)."""
     if name not in NAMES:
         raise UnknownKit(f"unknown design kit {name!r}; allowed: {', '.join(NAMES)}")
     return resources.files(__package__).joinpath(f"{name}.py").read_text(encoding="utf-8")
@@ -116,12 +118,4 @@ def design_part(composed: str) -> str | None:
         kit = source(name).rstrip()
         if composed.startswith(kit + "\n"):
             return composed[len(kit) + 1 :].strip()
-    return None
-
-
-def kit_of(composed: str) -> str | None:
-    """The name of the kit a composed source is built on, or ``None``."""
-    for name in NAMES:
-        if composed.startswith(source(name).rstrip() + "\n"):
-            return name
     return None
