@@ -400,7 +400,7 @@ def _resolve_play_target(
     """(source, hint, setting, label, constructor arguments) of a file, a reference name, or an archive
     id. An archive environment is played with the arguments it was validated with; any other with
     ``max_turns`` when its constructor takes it, as validation would give it."""
-    from spade_rl.design.validate import constructor_kwargs
+    from spade_rl.design.validate import constructor_kwargs, play_kwargs
 
     if archive is not None and env.isdigit():
         with _open_archive(archive) as store:
@@ -408,9 +408,7 @@ def _resolve_play_target(
                 record = store.get(int(env))
             except (KeyError, ValueError) as exc:
                 raise _fail(f"no environment {env} in {archive}: {exc}") from None
-        kwargs = record.env_kwargs
-        if kwargs is None:  # an archive written before constructor arguments were recorded
-            kwargs = constructor_kwargs(record.source, max_turns)
+        kwargs = play_kwargs(record.source, record.env_kwargs, max_turns)
         return record.source, hint_text or record.hint, record.setting, f"archive env {env}", kwargs
     source = _read_env(env)
     setting = reference.SETTINGS.get(env, "tool_use" if "<tool_call>" in source else "games")

@@ -144,6 +144,12 @@ def constructor_kwargs(source: str, max_turns: int, extra: dict | None = None) -
     return {**({"max_turns": max_turns} if takes else {}), **(extra or {})}
 
 
+def play_kwargs(source: str, recorded: dict | None, max_turns: int) -> dict:
+    """The constructor arguments to play an environment with: those its validation recorded, or, for a
+    record written before they were recorded (``None``), what validation with ``max_turns`` gives it."""
+    return dict(recorded) if recorded is not None else constructor_kwargs(source, max_turns)
+
+
 def static_checks(source: str, settings: ValidationSettings) -> tuple[str, bool]:
     """Returns the class name and whether it takes ``max_turns``; raises ``_Failed``."""
     try:

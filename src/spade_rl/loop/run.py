@@ -50,7 +50,7 @@ from pathlib import Path
 
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
-from spade_rl.design.validate import constructor_kwargs
+from spade_rl.design.validate import play_kwargs
 from spade_rl.executor import Executor, make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config, save_config
 from spade_rl.loop.designing import DesignOutcome, design_environments
@@ -225,7 +225,8 @@ class SelfPlay:
     def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
         k = self.config.loop.plays_per_env
         records = [self.archive.get(env_id) for env_id in env_ids]
-        kwargs = {r.env_id: self._env_kwargs(r) for r in records}
+        max_turns = self.config.design.validation.max_turns
+        kwargs = {r.env_id: play_kwargs(r.source, r.env_kwargs, max_turns) for r in records}
         specs = [
             EpisodeSpec(
                 r.source,
@@ -260,13 +261,6 @@ class SelfPlay:
             )
             played.append(PlayedEnv(record.env_id, nohint, hint, stats))
         return played
-
-    def _env_kwargs(self, record) -> dict:
-        """The constructor arguments it was validated with (an archive of an older version recorded none:
-        then what validation under this run's settings gives it)."""
-        if record.env_kwargs is not None:
-            return record.env_kwargs
-        return constructor_kwargs(record.source, self.config.design.validation.max_turns)
 
     def _agent_samples(self, played: list[PlayedEnv]) -> tuple[list[Sample], list[bool]]:
         """No-hint episodes are the agent's samples: one group per environment, z-scored returns."""

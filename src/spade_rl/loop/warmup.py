@@ -138,6 +138,7 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
     started = time.perf_counter()
     folder = cache_root() / "warmup" / cache_key(policy, config, design, corpus.config)
     weights = folder / "model.safetensors"
+    policy.clear_prefix_cache()  # whatever it held was computed with the weights about to change
     if config.cache and weights.exists():
         _load(policy, weights)
         stats = json.loads((folder / "stats.json").read_text())
@@ -193,9 +194,6 @@ def _train(policy, examples: list[tuple[list[dict], str]], config: WarmupConfig)
     finally:
         model.eval()
         del optimizer
-    clear = getattr(policy, "clear_prefix_cache", None)
-    if callable(clear):
-        clear()
     return losses
 
 
@@ -221,6 +219,3 @@ def _load(policy, weights: Path) -> None:
         load_model(policy.model, str(weights), strict=True, device=device)
     except (RuntimeError, OSError, ValueError) as exc:
         raise WarmupError(f"the cached warm-up {weights} cannot be loaded into this model: {exc}") from None
-    clear = getattr(policy, "clear_prefix_cache", None)
-    if callable(clear):
-        clear()
