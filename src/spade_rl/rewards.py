@@ -102,6 +102,8 @@ BATTERY_CHECKS = (
     "malformed_actions",
     "terminates",
     "deterministic",
+    "instances",
+    "trivial_policies",
 )
 
 
@@ -109,11 +111,11 @@ def validation_progress(reason: str, checks_passed: Sequence[str] = ()) -> float
     """Progress in [0, 1] of a design that failed with ``reason`` after passing ``checks_passed``:
     0 without any code, 0.05 for an answer cut off by the token limit, 0.1 for code that does not parse,
     0.2 for code that parses,
-    then 0.2 + 0.1 per battery check passed (0.2 + 0.8 = 1.0 would be a valid design)."""
+    then 0.2 + 0.8 * the share of ``BATTERY_CHECKS`` passed (1.0 would be a valid design)."""
     if reason in PARSE_STAGES:
         return PARSE_STAGES[reason] / 10
-    passed = sum(1 for check in checks_passed if check in BATTERY_CHECKS)
-    return min(1.0, 0.2 + passed / 10)
+    passed = sum(1 for check in set(checks_passed) if check in BATTERY_CHECKS)
+    return min(1.0, 0.2 + 0.8 * passed / len(BATTERY_CHECKS))
 
 
 def invalid_design_reward(

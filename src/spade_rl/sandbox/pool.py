@@ -59,6 +59,9 @@ class Status(enum.StrEnum):
     WORKER_LOST = "worker_lost"  # another episode on the same worker made it be killed
 
 
+# The reason codes a worker may report for a source it could not load (``spade_rl.envs.loader``).
+LOADER_REASONS = frozenset({"syntax_error", "no_env_class", "multiple_env_classes"})
+
 # Statuses after which the worker is killed and replaced.
 FATAL = frozenset(
     {
@@ -201,12 +204,37 @@ class SandboxPool:
         kwargs: dict | None = None,
         timeout_s: float | None = None,
         fresh_worker: bool = False,
+        beside: EnvHandle | None = None,
     ) -> CallResult:
         """Load ``source`` (in a worker bound to it) and create one instance of its ``*Env`` class.
         On success ``value`` is an ``EnvHandle``. ``fresh_worker`` asks for a worker that has run
         nothing yet (a new interpreter: new hash seed, new global RNG state), as the determinism
-        check needs."""
+        check needs; ``beside`` asks for the worker of that open handle (of the same source), so that
+        several instances share one interpreter, as training's episodes do."""
+        if beside is not None:
+            return self._open_beside(source, kwargs, timeout_s, beside)
         return self.open_many([(source, kwargs)], timeout_s, fresh_worker)[0]
+
+    def _open_beside(
+        self, source: str, kwargs: dict | None, timeout_s: float | None, beside: EnvHandle
+    ) -> CallResult:
+        with self._lock:
+            worker = beside._worker
+            if beside.closed or worker.dead:
+                return _lost(worker) if worker.dead else CallResult(
+                    Status.EXCEPTION, reason="closed", error="the environment is closed"
+                )
+            if worker.source_hash != _source_hash(source):
+                raise ValueError("beside: that handle's worker is bound to another source")
+            instance = next(self._ids)
+            worker.live.add(instance)
+            worker.created += 1
+            call = (worker, "new", {"instance": instance, "kwargs": kwargs or {}})
+            result = self._run([call], timeout_s or self.config.load_timeout_s)[0]
+            if result.ok:
+                return _replace(result, value=EnvHandle(self, worker, instance, worker.class_name))
+            worker.live.discard(instance)
+            return _phase(result, "init")
 
     def open_many(
         self,
@@ -270,7 +298,8 @@ class SandboxPool:
         self, calls: list[tuple[EnvHandle, str, dict]], timeout_s: float | None = None
     ) -> list[CallResult]:
         """Run ``(env, op, args)`` calls (op: reset, step, solution); calls on different workers
-        run at the same time, calls on one worker in order. One result per call, in order."""
+        run at the same time, calls on one worker in order, each held to its own deadline. One
+        result per call, in order."""
         with self._lock:
             timeout = timeout_s or self.config.call_timeout_s
             results: list[CallResult | None] = [None] * len(calls)
@@ -285,7 +314,9 @@ class SandboxPool:
                 else:
                     runnable.append((index, (env._worker, op, {"instance": env.instance, **args})))
             for (index, _), result in zip(
-                runnable, self._run([c for _, c in runnable], timeout), strict=True
+                runnable,
+                self._run([c for _, c in runnable], timeout),
+                strict=True,
             ):
                 results[index] = result
             return results  # type: ignore[return-value]
@@ -453,16 +484,26 @@ class SandboxPool:
 
     # --- the exchange -----------------------------------------------------------------------------
     def _run(self, calls: list[tuple[_Worker, str, dict]], timeout: float) -> list[CallResult]:
-        """Send each call to its worker, one at a time per worker, and collect the answers."""
+        """Send each call to its worker, one at a time per worker, and collect the answers. Every
+        worker is read as its data arrives, and each call is held to its own deadline (``timeout``
+        after it was sent): a worker that sends half an answer and stalls delays nobody else, and
+        data that arrived before a deadline is read before that deadline is judged."""
         self.stats["calls"] += len(calls)
+        limits = [timeout] * len(calls)
         if len(calls) == 1:  # the common case of one step: no poller to build
             worker, op, args = calls[0]
             if worker.dead:
                 return [_lost(worker)]
             start = time.monotonic()
             rid = next(self._ids)
-            failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + timeout)
-            return [failed or self._receive(worker, op, rid, start, start + timeout)]
+            failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + limits[0])
+            if failed is not None:
+                return [failed]
+            try:
+                answer = worker.reader.read(start + limits[0], self._spin_s)
+            except Exception as exc:  # noqa: BLE001 - each kind of failure becomes a typed result
+                return [self._read_failure(worker, op, start, start + limits[0], exc)]
+            return [self._judge(worker, op, rid, start, answer)]
         results: list[CallResult | None] = [None] * len(calls)
         queues: dict[int, list[int]] = {}
         for index, (worker, _, _) in enumerate(calls):
@@ -479,13 +520,20 @@ class SandboxPool:
                     continue
                 start = time.monotonic()
                 rid = next(self._ids)
-                failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + timeout)
+                deadline = start + limits[index]
+                failed = self._send(worker, {"op": op, "id": rid, **args}, start, deadline)
                 if failed is not None:
                     results[index] = failed
                     continue
-                in_flight[worker.from_fd] = (index, rid, start, start + timeout)
+                in_flight[worker.from_fd] = (index, rid, start, deadline)
                 poller.register(worker.from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
                 return
+
+        def settle(fd: int, result: CallResult) -> None:
+            index = in_flight.pop(fd)[0]
+            poller.unregister(fd)
+            results[index] = result
+            send_next(by_fd[fd])
 
         by_fd = {}
         for queue in queues.values():
@@ -495,18 +543,31 @@ class SandboxPool:
         while in_flight:
             now = time.monotonic()
             wait_ms = max(0.0, min(d for *_, d in in_flight.values()) - now) * 1000.0
-            events = poller.poll(wait_ms)
-            ready = {fd for fd, _ in events}
-            now = time.monotonic()
-            for fd in list(in_flight):
+            for fd, _ in poller.poll(wait_ms):  # read every worker that has data, as it comes
                 index, rid, start, deadline = in_flight[fd]
-                if fd not in ready and now < deadline:
-                    continue
-                del in_flight[fd]
-                poller.unregister(fd)
                 worker, op, _ = calls[index]
-                results[index] = self._receive(worker, op, rid, start, deadline)
-                send_next(by_fd[fd])
+                try:
+                    worker.reader.fill()
+                    answer = worker.reader.take()
+                except Exception as exc:  # noqa: BLE001 - each kind of failure becomes a typed result
+                    settle(fd, self._read_failure(worker, op, start, deadline, exc))
+                    continue
+                if answer is not None:
+                    settle(fd, self._judge(worker, op, rid, start, answer))
+            now = time.monotonic()
+            for fd in [fd for fd, (*_, deadline) in in_flight.items() if now >= deadline]:
+                index, rid, start, deadline = in_flight[fd]
+                worker, op, _ = calls[index]
+                try:  # what arrived in time counts, however late it is read
+                    worker.reader.drain()
+                    answer = worker.reader.take()
+                except Exception as exc:  # noqa: BLE001
+                    settle(fd, self._read_failure(worker, op, start, deadline, exc))
+                    continue
+                if answer is None:
+                    settle(fd, self._read_failure(worker, op, start, deadline, protocol.Deadline()))
+                else:
+                    settle(fd, self._judge(worker, op, rid, start, answer))
         return results  # type: ignore[return-value]
 
     def _send(self, worker: _Worker, request: dict, start: float, deadline: float) -> CallResult | None:
@@ -520,24 +581,36 @@ class SandboxPool:
             return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
         return None
 
-    def _receive(self, worker: _Worker, op: str, rid: int, start: float, deadline: float) -> CallResult:
-        try:
-            answer = worker.reader.read(deadline, self._spin_s)
-        except protocol.Deadline:
+    def _read_failure(
+        self, worker: _Worker, op: str, start: float, deadline: float, exc: Exception
+    ) -> CallResult:
+        """The result of a failed read: the worker is killed, whatever went wrong."""
+        if isinstance(exc, protocol.Deadline):
             self.stats["timeouts"] += 1
             return self._fail(
-                worker,
-                Status.TIMEOUT,
-                "timeout",
-                start,
-                f"{op} did not answer within {deadline - start:.3g} s",
+                worker, Status.TIMEOUT, "timeout", start, f"{op} did not answer within {deadline - start:.3g} s"
             )
-        except protocol.PeerClosed:
+        if isinstance(exc, (protocol.PeerClosed, OSError)):
             return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
-        except protocol.FrameTooLarge as exc:
+        if isinstance(exc, protocol.FrameTooLarge):  # TooManyValues too
             return self._fail(worker, Status.OUTPUT_TOO_LARGE, "output_too_large", start, str(exc))
-        except ValueError as exc:
+        if isinstance(exc, protocol.ValueOutOfBounds):  # a whole frame was read: the stream is intact
+            worker.tainted = True
+            return CallResult(
+                Status.EXCEPTION,
+                None,
+                "unserializable",
+                f"the value is outside what the protocol carries: {exc}",
+                "ValueOutOfBounds",
+                elapsed_s=time.monotonic() - start,
+            )
+        if isinstance(exc, (ValueError, RecursionError, MemoryError)):
             return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"not JSON: {exc}")
+        raise exc  # a bug of ours, not something the worker did
+
+    def _judge(self, worker: _Worker, op: str, rid: int, start: float, answer: Any) -> CallResult:
+        """The result of a decoded answer, every field checked: only the pool's own reason codes
+        and bounded text come out."""
         elapsed = time.monotonic() - start
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or answer.get("id") != rid:
             return self._fail(
@@ -567,7 +640,11 @@ class SandboxPool:
                 worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"unknown kind {kind!r}"
             )
         worker.tainted = True
-        reason = str(answer.get("reason") or kind)[:64] if kind == "contract" else kind
+        # Only the loader's own codes pass as they are: environment code shares the worker's
+        # interpreter and can raise a ContractViolation of its own with any reason it likes.
+        reason = answer.get("reason") if kind == "contract" else kind
+        if kind == "contract" and (op != "load" or reason not in LOADER_REASONS):
+            reason = "exception"
         return CallResult(
             Status.EXCEPTION,
             None,

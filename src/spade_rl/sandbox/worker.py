@@ -118,6 +118,8 @@ class Worker:
             value = handler(request)
             return {"ok": True, "value": value}
         except ContractViolation as exc:
+            if handler != self.op_load or type(exc) is not ContractViolation:
+                return _exception(exc)  # the environment's own: never a reason code of the loader
             return {
                 "ok": False,
                 "kind": "contract",
@@ -128,13 +130,7 @@ class Worker:
         except MemoryError:
             return {"ok": False, "kind": "memory", "type": "MemoryError", "message": "out of memory"}
         except BaseException as exc:  # noqa: BLE001 - environment code may raise anything, SystemExit too
-            return {
-                "ok": False,
-                "kind": "exception",
-                "type": type(exc).__name__,
-                "message": _safe_str(exc)[:2000],
-                "traceback": _format_tb(exc),
-            }
+            return _exception(exc)
 
     def encode(self, response: dict) -> bytes:
         response["output"] = self.output.take()
@@ -183,6 +179,23 @@ class Worker:
             response = self.answer(request)
             response["id"] = request.get("id")
             _write_all(self.out_fd, self.encode(response))
+
+
+def _exception(exc: BaseException) -> dict:
+    return {
+        "ok": False,
+        "kind": "exception",
+        "type": _safe_name(exc),
+        "message": _safe_str(exc)[:2000],
+        "traceback": _format_tb(exc),
+    }
+
+
+def _safe_name(exc: BaseException) -> str:
+    try:
+        return str(type(exc).__name__)
+    except Exception:  # noqa: BLE001 - a hostile metaclass
+        return "BaseException"
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,7 +3,7 @@ import random
 
 
 class CounterEnv:
-    """Reach a target count by adding 1, 2 or 3 each turn, without overshooting."""
+    """Reach a target count by adding 1, 2 or 3 each turn, in few turns, without overshooting."""
 
     def __init__(self, max_turns: int = 12):
         self.max_turns = max_turns
@@ -12,12 +12,15 @@ class CounterEnv:
         self.target = random.Random(seed).randint(5, 15)
         self.total = 0
         self.turn = 0
-        return f"Reach exactly {self.target}. Each turn add 1, 2 or 3: answer \\boxed{{k}}.", {
-            "target": self.target
-        }
+        self.limit = min(self.max_turns, -(-self.target // 3))
+        return (
+            f"Reach exactly {self.target} in at most {self.limit} turns. Each turn add 1, 2 or 3: "
+            "answer \\boxed{k}.",
+            {"target": self.target},
+        )
 
     def step(self, action):
-        if self.turn >= self.max_turns or self.total >= self.target:
+        if self.turn >= self.limit or self.total >= self.target:
             return "The episode is over.", 0.0, True, False, {}
         self.turn += 1
         move = action.rsplit("\\boxed{", 1)[-1].split("}")[0].strip()
@@ -27,7 +30,7 @@ class CounterEnv:
             return f"Total {self.total}: done.", 1.0, True, False, {"total": self.total}
         if self.total > self.target:
             return f"Total {self.total}: overshot.", 0.0, True, False, {"total": self.total}
-        truncated = self.turn >= self.max_turns
+        truncated = self.turn >= self.limit
         return f"Total {self.total}.", 0.0, False, truncated, {"total": self.total}
 
     def solution(self):

@@ -11,7 +11,8 @@ class ClockEnv:
         return f"Started at {self.start:.6f}. Say go.", {}
 
     def step(self, action):
-        return "won", 1.0, True, False, {}
+        won = action.strip() == "go"
+        return ("won" if won else "lost"), float(won), True, False, {}
 
     def solution(self):
         return ["go"]

@@ -1,5 +1,6 @@
 """Attack: patch ``json.dumps`` in the worker so that the answer to ``reset`` is a well-framed, valid
-JSON document nested 100,000 arrays deep (200 kB, far under the frame cap).
+JSON document nested 50,000 arrays deep (100 kB, far under the frame cap and under the
+cap on the number of values).
 
 The pool decodes every answer in the trusted process; decoding this one exceeds the host's recursion
 limit. It should be answered as ``protocol_error``; it must never raise in the host.
@@ -9,7 +10,7 @@ import json
 
 
 class NestedEnv:
-    def __init__(self, max_turns=5, depth=100_000):
+    def __init__(self, max_turns=5, depth=50_000):
         self.depth = depth
 
     def reset(self, seed=None):

@@ -63,8 +63,8 @@ class NextNumberEnv(QuestionTask):
     "spatial": """\
 class RobotWalkEnv(QuestionTask):
     def make(self, rng):
-        east = rng.randint(3, 9)
-        west = rng.randint(1, east - 1)
+        east = rng.randint(12, 40)
+        west = rng.randint(2, east - 3)
         question = f"A robot walks {east} steps east, then {west} steps west. How far east is it now?"
         return question, east - west
 
