@@ -115,5 +115,7 @@ def test_validation_progress_and_bonus():
     # best invalid one (0.1 * 0.92).
     assert designer_reward(0.0, 0.0, shaped) == pytest.approx(0.1)
     assert designer_reward(0.3, 0.075, shaped) == pytest.approx(0.66)
-    assert designer_reward(0.0, 0.0, shaped) > invalid_design_reward("trivial_policy_wins", shaped, BATTERY_CHECKS[:9])
+    assert designer_reward(0.0, 0.0, shaped) > invalid_design_reward(
+        "trivial_policy_wins", shaped, BATTERY_CHECKS[:9]
+    )
     assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="band")) == pytest.approx(0.6)  # no bonus

@@ -19,8 +19,9 @@ model token (0.0 elsewhere). The model's own tokens are kept exactly as sampled;
 that follow an assistant turn are computed once per tokenizer (``_TemplateTail``) so that the
 conversation equals what the chat template would render.
 
-Environment failures (a timeout, a crash, a malformed answer) end that episode with a recorded
-reason and never stop the batch.
+Environment failures (a timeout, a crash, a malformed answer, an environment slower over the
+episode than ``episode_env_budget_s``) end that episode with a recorded reason and never stop the
+batch.
 """
 
 from __future__ import annotations
@@ -64,7 +65,11 @@ class RolloutConfig:
     temperature: float = 0.6
     top_p: float = 1.0
     reward_range: tuple[float, float] = (0.0, 1.0)
-    call_timeout_s: float = 5.0
+    call_timeout_s: float = 5.0  # the deadline of one reset or step
+    # The environment's time over a whole episode (its reset and steps, as the pool measured them):
+    # past it the episode ends as an environment failure ("time_budget"), so that an environment that
+    # answers every step just under call_timeout_s cannot slow every turn of a batch to its pace.
+    episode_env_budget_s: float = 20.0
     system_prompts: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_PROMPTS))
     # Per setting: text put at the start of every agent turn (after the assistant header) before the
     # model continues, e.g. "\\boxed{" for games: the action is the prefix plus what the model writes.
@@ -79,6 +84,11 @@ class RolloutConfig:
         for name in ("max_turns", "max_new_tokens", "max_context_tokens", "max_observation_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout {name} must be at least 1, got {getattr(self, name)}")
+        for name in ("call_timeout_s", "episode_env_budget_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"rollout {name} must be a positive number of seconds, got {getattr(self, name)}"
+                )
         if self.max_new_tokens >= self.max_context_tokens:
             raise ValueError("rollout max_new_tokens must be smaller than max_context_tokens")
         for name in ("action_prefix", "action_stop"):
@@ -131,6 +141,7 @@ class Episode:
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     prompt_length: int = 0  # tokens of the first prompt (system + first observation)
+    env_seconds: float = 0.0  # time the environment took to answer (open, reset and steps)
 
     @property
     def final_reward(self) -> float:
@@ -209,6 +220,7 @@ def run_episodes(
         opened = pool.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
         live = []
         for i, result in enumerate(opened):
+            episodes[i].env_seconds += result.elapsed_s
             if result.ok:
                 handles[i] = result.value
                 live.append(i)
@@ -220,6 +232,7 @@ def run_episodes(
         started = []
         for i, result in zip(live, resets, strict=True):
             episode = episodes[i]
+            episode.env_seconds += result.elapsed_s
             try:
                 observation, _ = check_reset_value(result.value) if result.ok else (None, None)
             except ContractViolation as exc:
@@ -285,6 +298,7 @@ def _play(
         still = []
         for i, generation, action, result in zip(live, generations, actions, steps, strict=True):
             episode = episodes[i]
+            episode.env_seconds += result.elapsed_s
             if not result.ok:
                 _fail(episode, f"step: {result.reason}: {result.error}")
                 continue
@@ -308,6 +322,12 @@ def _play(
                 episode.stop_reason = "terminated" if step.terminated else "truncated"
             elif turn >= config.max_turns:
                 episode.stop_reason = "max_turns"
+            elif episode.env_seconds > config.episode_env_budget_s:
+                _fail(
+                    episode,
+                    f"time_budget: the environment took {episode.env_seconds:.3g} s in {turn} steps, over "
+                    f"the episode's budget of {config.episode_env_budget_s:g} s (rollout.episode_env_budget_s)",
+                )
             if on_turn is not None:
                 on_turn(i, episode)
             if episode.stop_reason:

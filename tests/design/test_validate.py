@@ -55,7 +55,9 @@ CASES = {
     "multiple_env_classes": GOOD + "\nclass OtherEnv:\n    pass\n",
     "load_raised": "raise ImportError('nope')\n" + GOOD,
     "init_raised": broken("self.max_turns = max_turns", "self.max_turns = 1 / 0"),
-    "reset_raised": broken('self.turn = 0\n        return "say the word for leave", {}', "raise KeyError('x')"),
+    "reset_raised": broken(
+        'self.turn = 0\n        return "say the word for leave", {}', "raise KeyError('x')"
+    ),
     "reset_bad_type": broken('return "say the word for leave", {}', 'return "say the word for leave"'),
     "step_raised": broken("self.turn += 1", "self.turn += None"),
     "step_bad_type": broken('return ("won" if won else "no"),', "return 5,"),
@@ -69,7 +71,8 @@ CASES = {
     "solution_does_not_win": broken('return "go"', 'return "stop"'),
     "never_terminates": broken("self.turn >= self.max_turns and not won", "False"),
     "nondeterministic": broken(
-        'return "say the word for leave", {}', 'import random\n        return f"say the word for leave {random.random()}", {}'
+        'return "say the word for leave", {}',
+        'import random\n        return f"say the word for leave {random.random()}", {}',
     ),
 }
 
@@ -83,9 +86,18 @@ def test_broken_environments_get_their_reason(pool, reason):
 
 
 NONDETERMINISTIC = {
-    "wall clock": ('return "say the word for leave", {}', 'import time\n        return f"say the word for leave at {time.time()}", {}'),
-    "hash order": ('return "say the word for leave", {}', 'return "say the word for leave " + ",".join({"a", "b", "c", "d", "e", "f"}), {}'),
-    "object ids": ('return "say the word for leave", {}', 'return f"say the word for leave {id(object()) % 1000}", {"k": id(self)}'),
+    "wall clock": (
+        'return "say the word for leave", {}',
+        'import time\n        return f"say the word for leave at {time.time()}", {}',
+    ),
+    "hash order": (
+        'return "say the word for leave", {}',
+        'return "say the word for leave " + ",".join({"a", "b", "c", "d", "e", "f"}), {}',
+    ),
+    "object ids": (
+        'return "say the word for leave", {}',
+        'return f"say the word for leave {id(object()) % 1000}", {"k": id(self)}',
+    ),
 }
 
 

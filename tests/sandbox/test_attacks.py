@@ -37,7 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.archive.store import Archive
+from spade_rl.design.validate import REASONS, ValidationSettings, validate_source
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.envs.loader import find_env_classes
 from spade_rl.sandbox import CallResult, EnvHandle, SandboxConfig, SandboxPool, Status, doctor, landlock
@@ -471,7 +472,7 @@ def test_default_layer_is_active(layer):
         if abi >= 6:
             assert "scoped-signals" in report["detail"], report
     elif layer == "seccomp":
-        assert report["detail"].startswith("filter loaded"), report
+        assert report["detail"].startswith("filter loaded (allow-list)"), report
 
 
 def test_every_attack_is_an_environment_with_its_own_test():
@@ -874,15 +875,293 @@ def test_stall_reader():
     assert_killed(outcome.last, Status.TIMEOUT)
 
 
+# --- values that crossed the protocol: the trusted side never raises on them ------------------
+
+
+def test_huge_int_reward():
+    outcome = run_attack("huge_int_reward", play=step)
+    assert outcome.last.status is Status.EXCEPTION and outcome.last.reason == "unserializable", outcome.last
+    assert "integers must lie within" in outcome.last.error
+
+
+def test_lone_surrogate(tmp_path):
+    outcome = run_attack("lone_surrogate", play=step)
+    observation, info = outcome.calls[0].value
+    assert observation == "Say \ufffd anything." and info == {"\ufffdkey": "\ufffd"}
+    assert_raised(outcome.last, "ValueError")
+    for text in (observation, *info, *info.values(), outcome.last.error, outcome.last.traceback):
+        text.encode("utf-8")  # what tokenizers and SQLite need
+    with Archive(tmp_path / "archive.sqlite") as archive:  # the verdict and its message are stored
+        archive.add(attack_source("lone_surrogate"), valid=False, reason="step_raised",
+                    message=outcome.last.error, skill="logic", setting="games", iteration=0)  # fmt: skip
+
+
+def test_own_reason_code(tmp_path):
+    outcome = run_attack("own_reason_code", play=reset)
+    assert_raised(outcome.last, "Forged")  # an exception of the environment, not a loader verdict
+    require_sandbox()
+    with SandboxPool(CONFIG) as pool:
+        report = validate_source(pool, attack_source("own_reason_code"), VALIDATION)
+    assert (report.valid, report.reason) == (False, "reset_raised"), report
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        archive.add(attack_source("own_reason_code"), valid=report.valid, reason=report.reason,
+                    message=report.message, skill="logic", setting="games", iteration=0)  # fmt: skip
+
+
+def test_int_or_float():
+    require_sandbox()
+    with SandboxPool(CONFIG) as pool:  # the types flip at random: several validations
+        reports = [validate_source(pool, attack_source("int_or_float"), VALIDATION) for _ in range(4)]
+    for report in reports:
+        assert not report.valid and report.reason in ("nondeterministic", "instance_dependent"), report
+
+
+def test_quadratic_regex():
+    require_sandbox()
+    source = attack_source("quadratic_regex")
+    with SandboxPool(CONFIG) as pool:
+        run = Background(lambda: validate_source(pool, source, VALIDATION, hint="Think before you box."))
+        report = run.result(timeout=120)  # linear: well under a second; the backtracking took an hour
+    assert "hint_no_leak" in report.checks and report.reason == "trivial_policy_wins", report
+
+
+def test_value_flood():
+    import tracemalloc
+
+    config = dataclasses.replace(CONFIG, max_message_bytes=64 << 20, call_timeout_s=20.0)
+    tracemalloc.start()
+    try:
+        outcome = run_attack("value_flood", {"count": 16_000_000}, play=reset, config=config)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_killed(outcome.last, Status.OUTPUT_TOO_LARGE)
+    assert "values exceeds the limit" in outcome.last.error
+    # 48 MB of frame; decoded it would be about a gigabyte of lists in this process
+    assert peak < 200 << 20, f"the host allocated {peak >> 20} MiB for one answer"
+
+
+# --- validation plays as training plays --------------------------------------------------------
+
+
+def attack_hint(name: str) -> str:
+    """The hint an attack file declares (``HINT = "..."``), or ''."""
+    found = re.search(r'^HINT = "(.*)"$', attack_source(name), re.MULTILINE)
+    return found.group(1) if found else ""
+
+
+def validate_attack(name: str, hint: str = "") -> object:
+    require_sandbox()
+    with SandboxPool(CONFIG) as pool:
+        report = validate_source(pool, attack_source(name), VALIDATION, hint=hint)
+        assert_pool_works(pool)
+    assert not report.valid and report.message, report
+    return report
+
+
+def test_seed_zero_only():
+    report = validate_attack("seed_zero_only")
+    assert report.reason == "solution_does_not_win" and "at seed" in report.message, report
+    assert "at seed 0," not in report.message
+
+
+def test_first_instance_only():
+    assert validate_attack("first_instance_only").reason == "instance_dependent"
+
+
+def test_rewards_anything():
+    assert validate_attack("rewards_anything").reason == "malformed_action_wins"
+
+
+def test_hint_leak_later_seed():
+    report = validate_attack("hint_leak_later_seed", attack_hint("hint_leak_later_seed"))
+    assert report.reason == "hint_leaks_answer" and "'42'" in report.message, report
+
+
+def test_short_answer_leak():
+    report = validate_attack("short_answer_leak", attack_hint("short_answer_leak"))
+    assert report.reason == "hint_leaks_answer" and "'7'" in report.message, report
+
+
+def test_trivially_won():
+    report = validate_attack("trivially_won")
+    assert report.reason == "trivial_policy_wins" and "of 8 seeds" in report.message, report
+
+
+HONEST_WITH_MAX_TURNS = """
+class ArgsEnv:
+    def __init__(self, max_turns=None):
+        self.cheat = max_turns is None  # honest only when the validator's max_turns is passed
+        self.max_turns = max_turns or 5
+    def reset(self, seed=None):
+        self.turn = 0
+        return "Say the word for leave, in two letters.", {}
+    def step(self, action):
+        self.turn += 1
+        won = self.cheat or action == "go"
+        return ("yes" if won else "no"), float(won), won, self.turn >= self.max_turns and not won, {}
+    def solution(self):
+        return "go"
+"""
+
+
+def test_honest_only_with_max_turns():
+    """Validation records the constructor arguments it used; play (loop, CLI, suites) uses them."""
+    from spade_rl.design.validate import play_kwargs
+    from spade_rl.policy import FakePolicy, default_tokenizer
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+
+    require_sandbox()
+    with SandboxPool(CONFIG) as pool:
+        report = validate_source(pool, HONEST_WITH_MAX_TURNS, VALIDATION)
+        assert report.valid and report.env_kwargs == {"max_turns": VALIDATION.max_turns}, report
+        kwargs = play_kwargs(HONEST_WITH_MAX_TURNS, report.env_kwargs, max_turns=3)
+        policy = FakePolicy(lambda chat: "stop", tokenizer=default_tokenizer())
+        [episode] = run_episodes(
+            policy, pool, [EpisodeSpec(HONEST_WITH_MAX_TURNS, env_kwargs=kwargs)], RolloutConfig(max_turns=3)
+        )
+    assert not episode.won and episode.stop_reason == "max_turns", episode.stop_reason
+
+
+# --- one environment cannot hurt the others of a batch -------------------------------------------
+
+
+def test_half_answer_stall():
+    require_sandbox()
+    honest = [BENIGN.replace("EchoEnv", f"Echo{i}Env") for i in range(7)]  # a worker each
+    with SandboxPool(dataclasses.replace(CONFIG, pool_size=8)) as pool:
+        opened = pool.open_many([(attack_source("half_answer_stall"), None), *[(s, None) for s in honest]])
+        envs = [o.value for o in opened]
+        assert all(o.ok for o in opened) and len({e.worker_pid for e in envs}) == 8, opened
+        assert all(r.ok for r in pool.call_many([(e, "reset", {"seed": 0}) for e in envs]))
+        results = pool.call_many([(e, "step", {"action": "hi"}) for e in envs])
+        assert_killed(results[0], Status.TIMEOUT)
+        for result in results[1:]:  # answered at once: neither killed nor timed out
+            assert result.ok and result.value == ["you said hi", 1.0, True, False, {}], result
+        assert_pool_works(pool)
+
+
+def test_slow_every_step():
+    from spade_rl.policy import FakePolicy, default_tokenizer
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+
+    require_sandbox()
+    policy = FakePolicy(lambda chat: "again", tokenizer=default_tokenizer())
+    config = RolloutConfig(max_turns=40, call_timeout_s=1.0, episode_env_budget_s=1.0)
+    with SandboxPool(CONFIG) as pool:
+        slow, fast = run_episodes(
+            policy,
+            pool,
+            [EpisodeSpec(attack_source("slow_every_step"), env_kwargs={"delay": 0.3}), EpisodeSpec(BENIGN)],
+            config,
+        )
+    assert slow.stop_reason == "env_error" and slow.error.startswith("time_budget"), slow.error
+    assert 3 <= len(slow.turns) <= 5, len(slow.turns)  # about 1 s of the environment's time
+    assert fast.won
+
+
+# --- the seccomp allow-list ----------------------------------------------------------------------
+
+OWNER = """
+import sys, time
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox.config import DEFAULT_PRELOAD
+pool = SandboxPool(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "ctypes")))
+env = pool.open(open(sys.argv[1]).read()).value
+first = env.reset(0)
+print(env.worker_pid, first.value[0] if first.ok else first.reason, flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie waits for its reaper: it runs nothing
+
+
+def test_clear_parent_death():
+    """The owner of a pool dies by SIGKILL (nothing of it runs then); its workers die with it."""
+    require_sandbox()
+    owner = subprocess.Popen(
+        [sys.executable, "-I", "-c", OWNER, str(ATTACKS / "clear_parent_death.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        pid_text, observation = owner.stdout.readline().strip().split(" ", 1)
+        worker = int(pid_text)
+        assert observation.startswith("refused"), observation
+        assert alive(worker)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        survived = alive(worker)
+        if survived:
+            os.kill(worker, signal.SIGKILL)
+        assert not survived, "the worker outlived its owner"
+    finally:
+        if owner.poll() is None:
+            os.killpg(owner.pid, signal.SIGKILL)
+            owner.wait()
+        owner.stdout.close()
+
+
+def test_interval_timer():
+    assert_raised(run_attack("interval_timer", play=reset).last, "itimer_error")  # signal.ItimerError
+
+
+def test_renice_others(sibling):
+    affinity = os.sched_getaffinity(sibling.pid)
+    outcome = run_attack("renice_others", {"target": sibling.pid})
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+    assert os.getpriority(os.PRIO_PROCESS, sibling.pid) == 0
+    assert os.sched_getaffinity(sibling.pid) == affinity
+
+
+def shm_segments() -> set[str]:
+    return {line.split()[1] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]}
+
+
+def test_sysv_shm():
+    before = shm_segments()
+    outcome = run_attack("sysv_shm")
+    left = shm_segments() - before
+    for segment in left:  # clean up before failing
+        subprocess.run(["ipcrm", "-m", segment], check=False)
+    assert not left, f"shared memory left behind: {left}"
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+
+
+def test_file_attributes(open_dir):
+    target = open_dir / "owned"
+    target.write_text("x")
+    target.chmod(0o644)
+    if IS_ROOT:
+        os.chown(target, WORKER_UID, WORKER_GID)
+    before = target.stat()
+    outcome = run_attack("file_attributes", {"target": str(target)})
+    assert_raised(outcome.opened, "PermissionError", "init_raised")
+    after = target.stat()
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+    try:
+        assert "user.spade" not in os.listxattr(target)
+    except OSError:
+        pass  # no extended attributes on this file system
+
+
+def test_inotify_watch():
+    assert_raised(run_attack("inotify_watch").opened, "PermissionError", "init_raised")
+
+
 # --- the validator and the command line --------------------------------------------------------
 
-VALIDATION_REASONS = {  # the failure codes documented in spade_rl.design.validate
-    "syntax_error", "no_env_class", "multiple_env_classes", "disallowed_import", "load_raised",
-    "init_raised", "reset_raised", "reset_bad_type", "solution_raised", "solution_bad_type",
-    "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range", "solution_does_not_win",
-    "never_terminates", "nondeterministic", "hint_leaks_answer", "judge_rejected", "timeout", "crashed",
-    "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
-}  # fmt: skip
+VALIDATION_REASONS = REASONS - {"ok"}  # the failure codes of spade_rl.design.validate
 VALIDATION = ValidationSettings(call_timeout_s=CONFIG.call_timeout_s)
 
 

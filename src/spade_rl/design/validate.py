@@ -247,7 +247,9 @@ class _Battery:
         return value
 
     def solution(self, env: EnvHandle) -> list[str]:
-        actions = _contract(check_solution_value, _value(env.solution(self.settings.call_timeout_s), "solution"))
+        actions = _contract(
+            check_solution_value, _value(env.solution(self.settings.call_timeout_s), "solution")
+        )
         if len(actions) > self.settings.max_turns:
             raise _Failed(
                 "solution_bad_type",
@@ -308,7 +310,9 @@ class _Battery:
             transcript = transcripts[seed] = self.play(env, seed, actions, first)
             last, turns = transcript[-1], len(transcript) - 1
             if not (turns >= 1 and self.won(last)):
-                ended = "terminated" if turns and last[2] else "truncated" if turns and last[3] else "did not end"
+                ended = (
+                    "terminated" if turns and last[2] else "truncated" if turns and last[3] else "did not end"
+                )
                 raise _Failed(
                     "solution_does_not_win",
                     f"at seed {seed}, replaying solution() ({len(actions)} actions) {ended} after {turns} "
@@ -486,7 +490,26 @@ def validation_seeds(source: str, settings: ValidationSettings) -> list[int]:
 
 _NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,6})?(?!\.?\d)")
 _WORD = re.compile(r"[^\W\d_]{1,12}")
-_GUESSES = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "yes", "no", "true", "false", "A", "B", "C", "D")
+_GUESSES = (
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "6",
+    "7",
+    "8",
+    "9",
+    "yes",
+    "no",
+    "true",
+    "false",
+    "A",
+    "B",
+    "C",
+    "D",
+)
 
 
 def trivial_actions(observation: str, seed: int, max_turns: int) -> dict[str, list[str]]:

@@ -6,7 +6,7 @@
    After the drop the parent-death signal is set, so that a worker never outlives its pool.
 3. ``landlock``: read-only access to the interpreter and the package, nothing else (no writes, no
    ``/proc``, no ``/etc``), no TCP, no signals outside the sandbox (see ``landlock.py``).
-4. ``seccomp``: the system-call filter of ``seccomp_filter.py``.
+4. ``seccomp``: the system-call allow-list of ``seccomp_filter.py``.
 
 Each function returns a ``LayerReport`` instead of raising: the worker sends all reports to the
 pool, which refuses to use a worker that lacks a required layer (fail closed).
@@ -113,10 +113,15 @@ def apply_seccomp(availability: tuple[bool, str]) -> LayerReport:
     if not ok:
         return LayerReport("seccomp", False, why)
     try:
-        denied = seccomp_filter.install()
+        allowed = seccomp_filter.install()
     except (OSError, RuntimeError) as exc:
         return LayerReport("seccomp", False, f"could not load the filter: {exc}")
-    return LayerReport("seccomp", True, f"filter loaded, {len(denied)} system calls denied")
+    return LayerReport(
+        "seccomp",
+        True,
+        f"filter loaded ({seccomp_filter.MODE}): {len(allowed)} system calls allowed, some only with "
+        "given arguments; every other one fails with EPERM",
+    )
 
 
 def harden(settings: dict) -> list[LayerReport]:

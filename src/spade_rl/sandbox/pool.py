@@ -221,8 +221,10 @@ class SandboxPool:
         with self._lock:
             worker = beside._worker
             if beside.closed or worker.dead:
-                return _lost(worker) if worker.dead else CallResult(
-                    Status.EXCEPTION, reason="closed", error="the environment is closed"
+                return (
+                    _lost(worker)
+                    if worker.dead
+                    else CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
                 )
             if worker.source_hash != _source_hash(source):
                 raise ValueError("beside: that handle's worker is bound to another source")
@@ -588,7 +590,11 @@ class SandboxPool:
         if isinstance(exc, protocol.Deadline):
             self.stats["timeouts"] += 1
             return self._fail(
-                worker, Status.TIMEOUT, "timeout", start, f"{op} did not answer within {deadline - start:.3g} s"
+                worker,
+                Status.TIMEOUT,
+                "timeout",
+                start,
+                f"{op} did not answer within {deadline - start:.3g} s",
             )
         if isinstance(exc, (protocol.PeerClosed, OSError)):
             return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))

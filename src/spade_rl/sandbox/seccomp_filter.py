@@ -1,25 +1,35 @@
 """The seccomp filter a worker installs on itself before it reads any environment code.
 
-The filter allows every system call except the ones below, which fail with ``EPERM`` (``ENOSYS`` for
-``clone3``, so that the C library falls back to ``clone``, which is denied). Failing instead of
-killing lets hostile code see an error and lets the validator report what happened. System calls
-of a foreign architecture (i386 ``int 0x80``, x32) kill the process.
+An allow-list (default deny, as Chromium's and nsjail's filters are built): only the system calls
+that the worker's Python needs to compute and to answer over the pipes it already holds are allowed,
+some of them only with the arguments it needs; every other call fails with ``EPERM``, so that a
+kernel with new system calls denies them too. (``clone3`` fails with ``ENOSYS``, so that the C
+library falls back to ``clone``, which is denied: Python then reports "can't start new thread".)
+Failing instead of killing lets hostile code see an error and lets the validator report what
+happened. System calls of a foreign architecture (i386 ``int 0x80``, x32) kill the process.
 
-Denied:
-- every ``socket`` (the worker talks over pipes it already holds);
-- new processes and threads: ``fork``, ``vfork``, ``clone``, ``clone3``; ``execve``, ``execveat``;
-- signals to any process but itself (``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` with another
-  pid; ``pidfd_*``);
-- ``ptrace``, ``process_vm_readv/writev``, ``kcmp``;
-- namespaces and mounts: ``unshare``, ``setns``, ``mount`` and its new API, ``pivot_root``,
-  ``chroot``;
-- ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``, key management;
-- ``setsid``, ``setpgid`` (a worker cannot leave its process group, which is how it gets killed);
-- ``setrlimit`` and ``prlimit64`` with a new limit; uid/gid/capability changes;
-- asynchronous-I/O signal ownership (``fcntl`` F_SETOWN/F_SETSIG/F_SETOWN_EX, ``ioctl`` FIOSETOWN/
-  SIOCSPGRP), which would let the kernel signal another process on the worker's behalf;
-- administration: modules, kexec, reboot, swap, clock and host name changes, ``mknod``,
-  ``personality``, ``syslog``, file handles, quotas.
+The list was found by tracing workers through the reference environments, the designs, the
+evaluation suites and the sandbox tests (``tools/trace_worker_syscalls.py``), then trimmed to what
+a computation needs. Among what is *not* allowed, on purpose:
+
+- new processes and threads (``fork``, ``vfork``, ``clone``, ``clone3``, ``execve``), sockets,
+  pipes, ``io_uring``, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``ptrace`` and every
+  namespace, mount, key, module, clock or reboot call;
+- ``prctl``: the parent-death signal (the worker dies with its pool) cannot be cleared, and nothing
+  else of the process's attributes changes;
+- timers and alarms (``setitimer``, ``alarm``, ``timer_create``, ``timerfd_create``): a worker uses
+  no CPU between calls;
+- ``setpriority``, ``sched_setaffinity``, ``sched_setscheduler``, ``ioprio_set``: the scheduling of
+  other processes of the same uid (the trainer, for an ordinary user);
+- System V shared memory, semaphores and message queues, ``memfd_create``: nothing outlives it;
+- ``chmod``, ``chown``, ``utime*``, ``*xattr``, ``inotify``/``fanotify``, ``umask``, and ``open``
+  or ``openat`` with any flag that writes or creates (Landlock refuses writes too; this holds even
+  where Landlock is missing);
+- ``setrlimit`` and ``prlimit64`` with a new limit, uid/gid/capability changes, ``setsid``,
+  ``setpgid`` (a worker cannot leave its process group, which is how it gets killed);
+- signals to any process but itself, and ``fcntl``/``ioctl`` commands other than the few below
+  (``F_SETOWN``/``F_SETSIG`` would let the kernel signal another process on its behalf, ``F_NOTIFY``
+  would watch directories).
 """
 
 from __future__ import annotations
@@ -27,86 +37,34 @@ from __future__ import annotations
 import errno
 import os
 
-_DENY_EPERM = (
-    "fork",
-    "vfork",
-    "clone",
-    "execve",
-    "execveat",
-    "pidfd_open",
-    "pidfd_send_signal",
-    "pidfd_getfd",
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
-    "kcmp",
-    "unshare",
-    "setns",
-    "mount",
-    "umount2",
-    "pivot_root",
-    "chroot",
-    "fsopen",
-    "fsmount",
-    "fsconfig",
-    "fspick",
-    "move_mount",
-    "open_tree",
-    "mount_setattr",
-    "bpf",
-    "perf_event_open",
-    "userfaultfd",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "keyctl",
-    "add_key",
-    "request_key",
-    "setsid",
-    "setpgid",
-    "setrlimit",
-    "setuid",
-    "setgid",
-    "setreuid",
-    "setregid",
-    "setresuid",
-    "setresgid",
-    "setgroups",
-    "setfsuid",
-    "setfsgid",
-    "capset",
-    "init_module",
-    "finit_module",
-    "delete_module",
-    "kexec_load",
-    "kexec_file_load",
-    "reboot",
-    "swapon",
-    "swapoff",
-    "acct",
-    "settimeofday",
-    "clock_settime",
-    "clock_adjtime",
-    "adjtimex",
-    "sethostname",
-    "setdomainname",
-    "quotactl",
-    "open_by_handle_at",
-    "name_to_handle_at",
-    "mknod",
-    "mknodat",
-    "personality",
-    "syslog",
-    "iopl",
-    "ioperm",
-    "vhangup",
-    "uselib",
-    "socket",
-)
+# Allowed with any arguments.
+ALLOWED = (
+    # the pipes and files it already holds
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "lseek", "close", "dup", "dup2", "dup3",
+    "poll", "ppoll", "select", "pselect6",
+    # memory
+    "brk", "mmap", "munmap", "mremap", "mprotect", "madvise",
+    # reading files (opening is below: read-only flags only; Landlock limits where)
+    "stat", "fstat", "lstat", "newfstatat", "statx", "access", "faccessat", "faccessat2", "readlink",
+    "readlinkat", "getdents", "getdents64", "getcwd", "chdir", "fchdir", "statfs", "fstatfs",
+    # signals it handles itself (sending is below: to itself only)
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait",
+    "rt_sigsuspend", "sigaltstack", "restart_syscall",
+    # what it may know of itself and of the machine
+    "getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
+    "getgroups", "getpgrp", "getpgid", "getsid", "getrlimit", "getrusage", "times", "sysinfo", "uname",
+    "getpriority", "sched_getaffinity", "sched_yield", "getcpu",
+    # time, randomness, locks, the end
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
+    "getrandom", "futex", "exit", "exit_group",
+)  # fmt: skip
 
-_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
-_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
-
+# open/openat are allowed only without these flags: no writing, creating, truncating or appending.
+_O_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND  # O_TMPFILE needs a write mode
+# fcntl: duplicating, close-on-exec and status flags (os.set_blocking); nothing that signals or watches.
+_FCNTL = (0, 1, 2, 3, 4, 1030)  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC
+# ioctl: is it a terminal (io.open asks), bytes waiting, close-on-exec, non-blocking.
+_IOCTL = (0x5401, 0x541B, 0x5451, 0x5450, 0x5421)  # TCGETS, FIONREAD, FIOCLEX, FIONCLEX, FIONBIO
 # Signal-sending calls whose first argument is the target pid/tgid: allowed only towards itself.
 _SELF_ONLY = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 
@@ -121,36 +79,41 @@ def available() -> tuple[bool, str]:
 
 
 def install() -> list[str]:
-    """Install the filter on the calling process (irreversible). Returns the names it denies.
+    """Install the filter on the calling process (irreversible). Returns the names it allows
+    (in full or with conditions) on this architecture.
 
     Sets ``no_new_privs`` (libseccomp does it by default), which an unprivileged process needs.
     """
     import pyseccomp as sc
 
     pid = os.getpid()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    denied: list[str] = []
+    flt = sc.SyscallFilter(sc.ERRNO(errno.EPERM))  # default deny
+    allowed: list[str] = []
 
     def rule(action: int, name: str, *args: object) -> None:
         try:
             flt.add_rule(action, name, *args)
         except (OSError, RuntimeError, ValueError):
             return  # this architecture has no such system call
-        denied.append(name)
+        if action == sc.ALLOW and name not in allowed:
+            allowed.append(name)
 
-    for name in _DENY_EPERM:
-        rule(sc.ERRNO(errno.EPERM), name)
-    rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in ALLOWED:
+        rule(sc.ALLOW, name)
+    rule(sc.ALLOW, "openat", sc.Arg(2, sc.MASKED_EQ, _O_WRITES, 0))
+    rule(sc.ALLOW, "open", sc.Arg(1, sc.MASKED_EQ, _O_WRITES, 0))
+    for command in _FCNTL:
+        rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, command))
+    for request in _IOCTL:
+        rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, request))
     for name in _SELF_ONLY:
-        rule(sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, pid))
-    # prlimit64(pid, resource, new_limit, old_limit): reading limits is fine, setting is not.
-    rule(sc.ERRNO(errno.EPERM), "prlimit64", sc.Arg(2, sc.NE, 0))
-    # Signals without kill(): fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX with O_ASYNC makes the kernel send
-    # a chosen signal to another process when a descriptor becomes ready; ioctl FIOSETOWN and
-    # SIOCSPGRP are the same through ioctl.
-    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
-        rule(sc.ERRNO(errno.EPERM), "fcntl", sc.Arg(1, sc.EQ, command))
-    for request in (_FIOSETOWN, _SIOCSPGRP):
-        rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.EQ, request))
+        rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, pid))
+    # prlimit64(pid, resource, new_limit, old_limit): reading its own limits only.
+    rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0), sc.Arg(2, sc.EQ, 0))
+    rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, pid), sc.Arg(2, sc.EQ, 0))
+    rule(sc.ERRNO(errno.ENOSYS), "clone3")
     flt.load()
-    return denied
+    return allowed
+
+
+MODE = "allow-list"  # what `spade-rl doctor` shows: every call not listed here is denied
