@@ -325,8 +325,9 @@ def _play(
             elif episode.env_seconds > config.episode_env_budget_s:
                 _fail(
                     episode,
-                    f"time_budget: the environment took {episode.env_seconds:.3g} s in {turn} steps, over "
-                    f"the episode's budget of {config.episode_env_budget_s:g} s (rollout.episode_env_budget_s)",
+                    f"time_budget: the environment took {episode.env_seconds:.3g} s in {turn} steps, "
+                    f"over the episode's budget of {config.episode_env_budget_s:g} s "
+                    "(rollout.episode_env_budget_s)",
                 )
             if on_turn is not None:
                 on_turn(i, episode)

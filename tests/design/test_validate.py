@@ -21,7 +21,7 @@ class GoodEnv:
         self.max_turns = max_turns
     def reset(self, seed=None):
         self.turn = 0
-        return "say the word for leave", {}
+        return "say leave", {}
     def step(self, action):
         self.turn += 1
         won = action.strip() == "go"
@@ -55,10 +55,8 @@ CASES = {
     "multiple_env_classes": GOOD + "\nclass OtherEnv:\n    pass\n",
     "load_raised": "raise ImportError('nope')\n" + GOOD,
     "init_raised": broken("self.max_turns = max_turns", "self.max_turns = 1 / 0"),
-    "reset_raised": broken(
-        'self.turn = 0\n        return "say the word for leave", {}', "raise KeyError('x')"
-    ),
-    "reset_bad_type": broken('return "say the word for leave", {}', 'return "say the word for leave"'),
+    "reset_raised": broken('self.turn = 0\n        return "say leave", {}', "raise KeyError('x')"),
+    "reset_bad_type": broken('return "say leave", {}', 'return "say leave"'),
     "step_raised": broken("self.turn += 1", "self.turn += None"),
     "step_bad_type": broken('return ("won" if won else "no"),', "return 5,"),
     "reward_not_finite": broken("(1.0 if won else 0.0)", "float('nan')"),
@@ -71,8 +69,8 @@ CASES = {
     "solution_does_not_win": broken('return "go"', 'return "stop"'),
     "never_terminates": broken("self.turn >= self.max_turns and not won", "False"),
     "nondeterministic": broken(
-        'return "say the word for leave", {}',
-        'import random\n        return f"say the word for leave {random.random()}", {}',
+        'return "say leave", {}',
+        'import random\n        return f"say leave {random.random()}", {}',
     ),
 }
 
@@ -87,16 +85,16 @@ def test_broken_environments_get_their_reason(pool, reason):
 
 NONDETERMINISTIC = {
     "wall clock": (
-        'return "say the word for leave", {}',
-        'import time\n        return f"say the word for leave at {time.time()}", {}',
+        'return "say leave", {}',
+        'import time\n        return f"say leave at {time.time()}", {}',
     ),
     "hash order": (
-        'return "say the word for leave", {}',
-        'return "say the word for leave " + ",".join({"a", "b", "c", "d", "e", "f"}), {}',
+        'return "say leave", {}',
+        'return "say leave " + ",".join({"a", "b", "c", "d", "e", "f"}), {}',
     ),
     "object ids": (
-        'return "say the word for leave", {}',
-        'return f"say the word for leave {id(object()) % 1000}", {"k": id(self)}',
+        'return "say leave", {}',
+        'return f"say leave {id(object()) % 1000}", {"k": id(self)}',
     ),
 }
 
