@@ -61,10 +61,11 @@ def doctor(
     skip_check: bool = typer.Option(False, "--no-check", help="Only list the layers; run no probe."),
 ) -> None:
     """Show which sandbox layers are available and active, then run hostile probes through the sandbox."""
-    from spade_rl.sandbox.doctor import layer_table, self_check
+    from spade_rl.sandbox.doctor import layer_table, sandbox_user_access, self_check
 
     config = SandboxConfig()
     rows, error = layer_table(config)
+    access = sandbox_user_access(config)
     probes = []
     if not error and not skip_check:
         try:
@@ -79,6 +80,7 @@ def doctor(
                     "python": sys.version.split()[0],
                     "layers": [r.__dict__ for r in rows],
                     "probes": [p.__dict__ for p in probes],
+                    "sandbox_user_cannot_read": access,
                     "error": error,
                     "healthy": healthy,
                 },
@@ -99,6 +101,11 @@ def doctor(
             for p in probes:
                 checks.add_row(p.name, _yes(p.stopped), p.detail)
             console.print(checks)
+        for why in access:
+            console.print(
+                f"[yellow]workers drop to uid {config.unprivileged_uid}, which cannot read this Python's "
+                f"modules:[/] {why}. Environments can import only what the workers preload."
+            )
         if error:
             console.print(f"[bold red]sandbox unavailable:[/] {error}")
         else:

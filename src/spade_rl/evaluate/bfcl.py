@@ -51,6 +51,7 @@ from spade_rl.evaluate._bfcl_parse import ParsedCalls, parse_tool_calls
 from spade_rl.evaluate._sandbox_jobs import Job, run_jobs, step_value
 from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip, generate_texts
 from spade_rl.policy import Policy
+from spade_rl.sandbox import SandboxConfig, SandboxPool
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,16 @@ HERE = Path(__file__).parent
 AST_SOURCE = (HERE / "_bfcl_ast_env.py").read_text(encoding="utf-8")
 MULTI_TURN_SOURCE = (HERE / "_bfcl_multi_turn_env.py").read_text(encoding="utf-8")
 MAXIMUM_STEP_LIMIT = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT
+
+
+def checker_config(base: SandboxConfig) -> SandboxConfig:
+    """``base`` with BFCL's checkers and simulated APIs preloaded (``_bfcl_preload.py``), so that its
+    runners import nothing after a worker's uid drop, and room for those imports at start."""
+    preload = base.preload if PRELOAD in base.preload else (*base.preload, PRELOAD)
+    return replace(base, preload=preload, start_timeout_s=max(base.start_timeout_s, 60.0))
+
+
+PRELOAD = "spade_rl.evaluate._bfcl_preload"
 
 
 class BFCLSuite(Suite):
@@ -87,6 +98,10 @@ class BFCLSuite(Suite):
         return f"bfcl-eval {importlib.metadata.version('bfcl-eval')}"
 
     def run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
+        with SandboxPool(checker_config(ctx.pool.config)) as pool:
+            return self._run(policy, replace(ctx, pool=pool))
+
+    def _run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
         started = time.monotonic()
         items: list[ItemResult] = []
         metrics: dict[str, float] = {}

@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 
 from spade_rl.sandbox import landlock, seccomp_filter
 from spade_rl.sandbox.config import LAYERS, SandboxConfig
-from spade_rl.sandbox.pool import SandboxPool, SandboxUnavailable, Status, bwrap_command
+from spade_rl.sandbox.pool import (
+    SandboxPool,
+    SandboxUnavailable,
+    Status,
+    bwrap_command,
+    unreachable_interpreter,
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,15 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
     refused = [r.layer for r in rows if r.mode == "required" and not r.active]
     error = f"required layer(s) not active: {', '.join(refused)}" if refused else ""
     return rows, error
+
+
+def sandbox_user_access(config: SandboxConfig) -> list[str]:
+    """Where this Python's modules lie out of reach of the uid a root-started worker drops to (empty
+    when nothing is, or when no uid is dropped): environments can then import only what the workers
+    preload (``sandbox.preload``), and each such folder is named with the change that fixes it."""
+    if os.geteuid() != 0 or config.mode("uid") == "off":
+        return []
+    return unreachable_interpreter(config.unprivileged_uid, config.unprivileged_gid)
 
 
 # Hostile environments for the self-check. Each tries one thing from its constructor and returns

@@ -33,6 +33,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from spade_rl.sandbox import protocol
@@ -164,6 +166,7 @@ class SandboxPool:
         self.stats = {"spawned": 0, "killed": 0, "timeouts": 0, "crashes": 0, "calls": 0}
         self._bwrap = self._bwrap_prefix()
         self._spin_s = self.config.spin_us / 1e6
+        self._unreachable: list[str] | None = None  # found when an import first fails (see _explain_import)
         finalizer = weakref.finalize(self, SandboxPool._kill_all, self._workers)
         atexit.register(finalizer)
 
@@ -269,7 +272,7 @@ class SandboxPool:
                     worker.loaded = True
                     worker.class_name = str(result.value.get("class_name", ""))
                 else:
-                    load_failed[id(worker)] = _phase(result, "load")
+                    load_failed[id(worker)] = self._explain_import(_phase(result, "load"))
             results: list[CallResult | None] = [None] * len(requests)
             news = []
             for index, (worker, (_, kwargs)) in enumerate(zip(placed, requests, strict=True)):
@@ -288,7 +291,7 @@ class SandboxPool:
                     )
                 else:
                     worker.live.discard(instance)
-                    results[index] = _phase(result, "init")
+                    results[index] = self._explain_import(_phase(result, "init"))
             for worker in _unique(placed):
                 self._maybe_retire(worker)
             return results  # type: ignore[return-value]
@@ -335,6 +338,26 @@ class SandboxPool:
             result = self._run([(worker, "close", {"instance": env.instance})], self.config.call_timeout_s)[0]
             self._maybe_retire(worker)
             return result
+
+    def _explain_import(self, result: CallResult) -> CallResult:
+        """An import that failed in a worker started by root: say which folder the worker's uid cannot
+        read (a module not preloaded cannot be imported after the drop, wherever Python lives out of
+        that uid's reach), instead of a bare ``ModuleNotFoundError``."""
+        if result.error_type not in ("ModuleNotFoundError", "ImportError", "PermissionError"):
+            return result
+        if os.geteuid() != 0 or self.config.mode("uid") == "off":
+            return result
+        if self._unreachable is None:
+            self._unreachable = unreachable_interpreter(
+                self.config.unprivileged_uid, self.config.unprivileged_gid
+            )
+        if not self._unreachable:
+            return result
+        why = (
+            f" (the sandbox worker runs as uid {self.config.unprivileged_uid}, which cannot read where this "
+            f"Python's modules are: {self._unreachable[0]})"
+        )
+        return _replace(result, error=result.error + why)
 
     def layer_reports(self) -> list[dict]:
         """The layer reports of a (new, if need be) worker: what is active on this machine."""
@@ -774,3 +797,42 @@ def bwrap_command() -> list[str]:
         *rebinds,
         "--",
     ]
+
+
+def unreachable(path: str, uid: int, gid: int) -> str:
+    """Why ``uid`` (with group ``gid`` and no others) cannot read ``path``, or '' when it can: every
+    folder above it must let it enter, the path itself let it read (and enter, for a folder)."""
+    try:
+        real = Path(os.path.realpath(path))
+        chain = [*reversed(real.parents), real]
+        for place in chain:
+            st = place.stat()
+            shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+            bits = (st.st_mode >> shift) & 0o7
+            is_dir = stat.S_ISDIR(st.st_mode)
+            need = 0o1 if place != real else (0o5 if is_dir else 0o4)
+            if bits & need != need:
+                fix = f"chmod o+x {place}" if place != real or is_dir else f"chmod o+r {place}"
+                return (
+                    f"{place} is mode {stat.filemode(st.st_mode)}, owned by uid {st.st_uid}: uid {uid} "
+                    f"cannot {'enter' if need == 0o1 else 'read'} it (run `{fix}`, or use a Python "
+                    f"installed where uid {uid} can read it, or add the module to sandbox preload)"
+                )
+    except OSError as exc:
+        return f"{path}: {exc}"
+    return ""
+
+
+def unreachable_interpreter(uid: int, gid: int) -> list[str]:
+    """What of the interpreter, its packages and spade_rl a worker dropped to ``uid`` cannot read: the
+    modules there can be imported only if a worker loads them before the drop (``preload``)."""
+    from spade_rl.sandbox.hardening import read_only_paths
+
+    found = []
+    for path in read_only_paths():
+        if path.startswith(("/usr/", "/lib")):
+            continue  # system folders: readable by everyone
+        why = unreachable(path, uid, gid)
+        if why and why not in found:
+            found.append(why)
+    return found

@@ -1,0 +1,150 @@
+"""The sandbox where Python lives out of the sandbox user's reach (pyenv or a virtual environment
+under a 0700 folder, the usual container as root), without any ``chmod`` of its folders.
+
+A worker started by root drops to uid 65534 before it reads environment code; after the drop it
+can import only what it loaded before (``SandboxConfig.preload``). These tests build a virtual
+environment inside a fresh 0700 folder, whose site-packages hold a module of their own and copies
+of ``pyseccomp`` and ``bfcl_eval`` (and nothing of this interpreter's), and run pools with it:
+
+- an environment importing a module that was not preloaded fails, and the error names the folder
+  uid 65534 cannot enter and the change that fixes it; preloaded, the same environment runs;
+- the BFCL suite's checker pool preloads its modules, so BFCL's AST checker runs there (before, the
+  suite failed with ``No module named 'bfcl_eval'``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="only a worker started by root drops its uid")
+
+SRC = str(Path(__import__("spade_rl").__file__).resolve().parents[1])  # the folder holding spade_rl
+
+PROBE = """
+import json, sys
+sys.path.insert(0, @SRC@)
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox.config import DEFAULT_PRELOAD
+
+SOURCE = '''
+import spade_probe_module
+
+class ProbeEnv:
+    def reset(self, seed=None):
+        return "value " + str(spade_probe_module.VALUE), {}
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+    def solution(self):
+        return "x"
+'''
+out = {"prefix": sys.prefix}
+with SandboxPool(SandboxConfig(pool_size=1)) as pool:
+    opened = pool.open(SOURCE)
+    out["bare"] = [opened.reason, opened.error_type, opened.error]
+with SandboxPool(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "spade_probe_module"))) as pool:
+    opened = pool.open(SOURCE)
+    out["preloaded"] = opened.value.reset(0).value[0] if opened.ok else opened.error
+print(json.dumps(out))
+"""
+
+BFCL = """
+import json, sys
+sys.path.insert(0, @SRC@)
+from spade_rl.evaluate._sandbox_jobs import Job, SandboxJobError, run_jobs
+from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox.config import DEFAULT_PRELOAD
+
+AST_SOURCE = open(@SRC@ + "/spade_rl/evaluate/_bfcl_ast_env.py").read()
+SUITE = SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, @PRELOAD@))  # what bfcl.checker_config adds
+
+case = {"functions": [{"name": "add", "description": "Add.", "parameters": {"type": "dict",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"]}}],
+        "calls": [{"add": {"a": 1}}], "possible_answer": [{"add": {"a": [1]}}],
+        "language": "python", "category": "simple_python"}
+out = {}
+for name, config in (("bare", SandboxConfig(pool_size=1)), ("suite", SUITE)):
+    with SandboxPool(config) as pool:
+        try:
+            [result] = run_jobs(pool, AST_SOURCE, [Job(action=json.dumps(case))], timeout_s=20)
+            verdict = json.loads(result.value[0])["valid"] if result.ok else result.error
+            out[name] = [result.status.value, verdict]
+        except SandboxJobError as exc:
+            out[name] = ["job_error", str(exc)]
+import bfcl_eval
+out["bfcl_eval"] = bfcl_eval.__file__
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def closed_python():
+    """A virtual environment in a 0700 folder of root's, with its own module and bfcl_eval."""
+    folder = Path(tempfile.mkdtemp(prefix="spade-0700-", dir="/tmp"))
+    folder.chmod(0o700)
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(site) / "spade_probe_module.py").write_text("VALUE = 42\n")
+    shutil.copy(importlib.util.find_spec("pyseccomp").origin, site)
+    for name in ("bfcl_eval", "mpmath"):  # mpmath: one of BFCL's simulated APIs imports it
+        spec = importlib.util.find_spec(name)
+        if spec is not None:
+            shutil.copytree(Path(spec.origin).parent, Path(site) / name)
+    yield folder, python, Path(site)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(python: Path, script: str) -> dict:
+    script = script.replace("@SRC@", repr(SRC)).replace("@PRELOAD@", repr(bfcl_preload()))
+    done = subprocess.run(
+        [str(python), "-I", "-c", script], capture_output=True, text=True, timeout=300, cwd="/"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bfcl_preload() -> str:
+    try:
+        from spade_rl.evaluate import bfcl
+    except ImportError:
+        return ""
+    return bfcl.PRELOAD
+
+
+def test_a_module_out_of_reach_is_named_and_preloading_it_works(closed_python):
+    folder, python, _ = closed_python
+    out = run(python, PROBE)
+    assert out["prefix"].startswith(str(folder))
+    reason, error_type, error = out["bare"]
+    assert (reason, error_type) == ("load_raised", "ModuleNotFoundError"), out
+    assert f"{folder} is mode drwx------" in error and f"chmod o+x {folder}" in error, error
+    assert out["preloaded"] == "value 42"
+
+
+def test_bfcl_checkers_run_from_an_interpreter_out_of_reach(closed_python):
+    pytest.importorskip("bfcl_eval")
+    folder, python, site = closed_python
+    from spade_rl.evaluate import bfcl
+    from spade_rl.sandbox import SandboxConfig
+
+    assert bfcl.PRELOAD in bfcl.checker_config(SandboxConfig()).preload
+    out = run(python, BFCL)
+    assert out["bfcl_eval"].startswith(str(site)), out  # the copy in the 0700 folder is the one used
+    assert out["bare"][0] == "job_error" and "bfcl_eval" in out["bare"][1], out
+    assert f"{folder} is mode drwx------" in out["bare"][1], out  # and why, and what to change
+    assert out["suite"] == ["ok", True], out
