@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
@@ -31,6 +32,41 @@ def test_envs_validate_all_valid_exits_zero():
     done = spade("envs", "validate", "guess")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "guess" in done.stdout
+
+
+LEAKY = """
+import random
+
+class DigitEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+    def reset(self, seed=None):
+        self.answer = str(random.Random(seed).randrange(100, 1000))
+        self.turn = 0
+        return "Guess my three-digit number, in \\\\boxed{}.", {}
+    def step(self, action):
+        self.turn += 1
+        won = action == "\\\\boxed{" + self.answer + "}"
+        return ("yes" if won else "no"), float(won), won, self.turn >= self.max_turns and not won, {}
+    def solution(self):
+        return "\\\\boxed{" + self.answer + "}"
+"""
+
+
+def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(tmp_path):
+    path = tmp_path / "digit_env.py"
+    path.write_text(LEAKY)
+    answer = str(random.Random(0).randrange(100, 1000))  # the answer at seed 0, which validation plays
+    fine = spade("envs", "validate", str(path), "--hint", "Start in the middle of the range.", "--json")
+    assert fine.returncode == 0, fine.stdout + fine.stderr
+    assert "hint_no_leak" in json.loads(fine.stdout)[0]["checks"]
+    leaky = spade("envs", "validate", str(path), "--hint", f"It is {answer}.", "--json")
+    report = json.loads(leaky.stdout)[0]
+    assert leaky.returncode == 1 and report["reason"] == "hint_leaks_answer", report
+    long = spade("envs", "validate", str(path), "--hint", "word " * 150, "--json")
+    assert long.returncode == 1 and json.loads(long.stdout)[0]["reason"] == "hint_too_long"
+    empty = spade("envs", "validate", str(path), "--hint", "  ", "--json")
+    assert empty.returncode == 1 and json.loads(empty.stdout)[0]["reason"] == "missing_hint"
 
 
 def test_envs_validate_missing_file_is_a_clear_error():

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spade_rl.design.validate import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
 
@@ -275,16 +276,38 @@ def _read_env(spec: str) -> str:
 def envs_validate(
     files: list[str] = typer.Argument(..., help="Environment files, or reference environment names."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of reports."),
+    hint: str | None = typer.Option(
+        None,
+        "--hint",
+        help="The design's hint: checked as the loop checks a designer's hint (its length, and that it "
+        "names no answer of any seed played), for every file.",
+    ),
+    max_turns: int = typer.Option(
+        ValidationSettings().max_turns,
+        "--max-turns",
+        min=1,
+        help="The turn limit validation uses (the loop uses rollout.max_turns).",
+    ),
 ) -> None:
     """Validate environments in the sandbox; exit status 1 when any is not valid."""
-    from spade_rl.design.validate import validate_source
+    from spade_rl.design.parse import check_hint
+    from spade_rl.design.validate import ValidationReport, validate_source
 
     sources = [(spec, _read_env(spec)) for spec in files]
-    try:
-        with SandboxPool(SandboxConfig()) as pool:
-            reports = [(spec, validate_source(pool, source)) for spec, source in sources]
-    except SandboxUnavailable as exc:
-        raise _fail(str(exc)) from None
+    settings = ValidationSettings(max_turns=max_turns)
+    rules = check_hint(hint) if hint is not None else None
+    if rules is not None and rules.reason != "ok":  # refused as the design phase refuses it
+        reports = [(spec, ValidationReport(False, rules.reason, rules.message)) for spec, _ in sources]
+    else:
+        hint_text = rules.hint if rules is not None else ""
+        try:
+            with SandboxPool(SandboxConfig()) as pool:
+                reports = [
+                    (spec, validate_source(pool, source, settings, hint=hint_text))
+                    for spec, source in sources
+                ]
+        except SandboxUnavailable as exc:
+            raise _fail(str(exc)) from None
     if as_json:
         print(json.dumps([{"path": spec, **report.to_json()} for spec, report in reports], indent=2))
     else:
