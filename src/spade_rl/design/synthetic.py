@@ -134,8 +134,8 @@ def _walk(rng, a, b):
     there, back = rng.choice([("east", "west"), ("north", "south"), ("up", "down")])
     return (
         [
-            f"out = rng.randint({rng.randint(4, 6)}, {rng.randint(10, 15)})",
-            "back = rng.randint(1, out - 1)",
+            f"out = rng.randint({rng.randint(8, 10)}, {rng.randint(16, 25)})",
+            "back = rng.randint(2, out - 3)",  # an answer of 3 or more: "1" is no guess that wins
             f'question = f"A {a} moves {{out}} steps {there}, then {{back}} steps {back}. '
             f'How many steps {there} of the start is it?"',
         ],
