@@ -1,10 +1,14 @@
 """Environments that several test folders play: a parity game any model wins about half the time
 (GRPO gets a signal even from a random policy), and one whose step never returns; the designer answer
-that proposes one, and the overrides of a small self-play run that plays them."""
+that proposes one, and the overrides of a small self-play run that plays them.
+
+The parity game is winnable by chance on purpose, which is what the validator's trivial-policy check
+refuses: these runs turn that check off (``design.validation.trivial_seeds=0``). Malformed actions
+(the validator's probes: empty, or holding "%") never win it, as the battery requires."""
 
 PARITY = '''
 class ParityEnv:
-    """Win when the seed plus the length of the action is even."""
+    """Win when the seed plus the length of the action is even. Malformed actions never win."""
 
     def __init__(self, max_turns=2):
         self.max_turns = max_turns
@@ -16,7 +20,7 @@ class ParityEnv:
 
     def step(self, action):
         self.turn += 1
-        won = (self.seed + len(action)) % 2 == 0
+        won = (self.seed + len(action)) % 2 == 0 and action.strip() != "" and "%" not in action
         if won:
             return "yes", 1.0, True, False, {}
         return "no", 0.0, False, self.turn >= self.max_turns, {}
@@ -36,6 +40,7 @@ def designer_output(source: str) -> str:
 # the answer-first turns of the CPU default have their own tests (tests/loop/test_warmup.py).
 SCRIPTED = [
     "design.form='module'",
+    "design.validation.trivial_seeds=0",
     "warmup.designs=0",
     "rollout.action_prefix={}",
     "rollout.action_stop={}",

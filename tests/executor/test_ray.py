@@ -49,24 +49,24 @@ import time
 
 
 class Slow{n}Env:
-    """Valid, but each reset takes 0.15 s: a validation lasts about a second."""
+    """Valid, but each reset takes 0.02 s: a validation (about 50 resets) lasts about a second."""
 
     def __init__(self, max_turns=3):
         self.max_turns = max_turns
 
     def reset(self, seed=None):
-        time.sleep(0.15)
+        time.sleep(0.02)
         self.turn = 0
-        return "Say yes.", {{}}
+        return "Say the long word for yes.", {{}}
 
     def step(self, action):
         self.turn += 1
-        if "yes" in action:
+        if action == "affirmative":
             return "right", 1.0, True, False, {{}}
         return "no", 0.0, False, self.turn >= self.max_turns, {{}}
 
     def solution(self):
-        return ["yes"]
+        return ["affirmative"]
 '''
 
 

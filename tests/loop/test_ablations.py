@@ -16,6 +16,7 @@ from test_selfplay import HANGS, PARITY, SMALL, RoutingPolicy, designer_output
 
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
+from spade_rl.design.validate import ValidationSettings
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.loop.run import SelfPlay, frozen_copy
@@ -25,6 +26,7 @@ from spade_rl.rewards import plateau
 from spade_rl.sandbox import SandboxConfig, SandboxPool
 
 ONE = [*SMALL, "loop.iterations=1"]
+CHANCE_GAMES = ValidationSettings(trivial_seeds=0)  # the parity game is won by chance (fixture_envs.py)
 POOL_ONLY = [*ONE, "rollout.max_turns=1", "pool.reference=[]"]  # one try: the parity env is a coin flip
 
 
@@ -63,7 +65,7 @@ def spy_updates(run: SelfPlay) -> list:
 @pytest.mark.parametrize(("memory", "grounding"), [(True, True), (False, True), (True, False)])
 def test_memory_and_grounding_switches_shape_the_designer_prompt(archive, pool, memory, grounding):
     policy = FakePolicy(lambda chat: designer_output(PARITY.replace("ParityEnv", "OtherEnv")))
-    config = DesignPhaseConfig(n=1, memory=memory, grounding=grounding)
+    config = DesignPhaseConfig(n=1, memory=memory, grounding=grounding, validation=CHANCE_GAMES)
     [outcome] = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
     user = policy.calls[0][0][0][1]["content"]
     assert ("Example 1 [" in user and "class ParityEnv" in user) == memory  # the archive's environment
@@ -83,7 +85,7 @@ def test_hint_written_by_the_designer_or_by_a_second_call(archive, pool, mode):
         return code + ("\n<hint>Mind the parity.</hint>" if mode == "inline" else "")
 
     policy = FakePolicy(script)
-    config = DesignPhaseConfig(n=1, hint_mode=mode)
+    config = DesignPhaseConfig(n=1, hint_mode=mode, validation=CHANCE_GAMES)
     [outcome] = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
     assert len(policy.calls) == (1 if mode == "inline" else 2)
     assert ("<hint>" in policy.calls[0][0][0][1]["content"]) == (mode == "inline")

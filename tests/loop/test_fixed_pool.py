@@ -106,7 +106,7 @@ def test_seed_pool_adds_each_source_once_and_revalidates_jsonl(tmp_path, pool):
         reference=("arithmetic",), jsonl=str(exported), reasoning_gym=("chain_sum",), reasoning_gym_items=4
     )
     with Archive(tmp_path / "archive.sqlite") as archive:
-        assert seed_pool(archive, pool, config, ValidationSettings(max_turns=2, seed=1)) == 4
+        assert seed_pool(archive, pool, config, ValidationSettings(max_turns=2, seed=1, trivial_seeds=0)) == 4
         records = [archive.get(i) for i in archive.ids()]
         assert [(r.origin, r.valid) for r in records] == [
             ("reference", True),
@@ -116,7 +116,7 @@ def test_seed_pool_adds_each_source_once_and_revalidates_jsonl(tmp_path, pool):
         ]
         assert records[3].skill == RG_SKILL_PREFIX + "chain_sum" and records[1].hint == "Count."
         assert (
-            seed_pool(archive, pool, config, ValidationSettings(max_turns=2, seed=1)) == 0
+            seed_pool(archive, pool, config, ValidationSettings(max_turns=2, seed=1, trivial_seeds=0)) == 0
         )  # resume: nothing new
         assert (
             len(archive.ids()) == 4 and archive.latest_stats() == {}

@@ -1,24 +1,42 @@
 """Run untrusted environment code: hardened, killable worker processes.
 
-What it protects against (each has a test in ``tests/sandbox/test_attacks.py``): code that loops
-forever or ignores SIGTERM/SIGXCPU (deadlines, then SIGKILL of the process group; RLIMIT_CPU as a
-backstop); exhausts memory (RLIMIT_AS); starts processes or threads, fork bombs, double-fork daemons,
-``subprocess``, ``os.system`` and ``ctypes`` calls into libc (seccomp denies fork/clone/exec);
-writes files anywhere or reads files outside the interpreter, such as ``/etc/passwd`` or the pool's
-environment through ``/proc`` (Landlock; the worker also starts with an empty environment and, under
-root, drops to an unprivileged uid); opens sockets (seccomp; Landlock denies TCP); signals or traces
-other processes, the pool included (seccomp, Landlock scoping); floods output or returns huge or
-non-JSON values (capped frames, typed results); crashes the interpreter (the pool sees the worker
-die); lies about its types by patching builtins (the pool checks everything it receives, after
-JSON decoding, in its own process).
+What it protects against (each has a test in ``tests/sandbox/test_attacks.py``, one hostile
+environment per file in ``tests/sandbox/attacks/``):
+
+- code that loops forever or ignores SIGTERM/SIGXCPU (deadlines, then SIGKILL of the process group;
+  RLIMIT_CPU as a backstop) or exhausts memory (RLIMIT_AS);
+- processes and threads: fork bombs, double-fork daemons, ``subprocess``, ``os.system``, ``ctypes``
+  calls into libc (the seccomp allow-list has no fork/clone/exec); a worker cannot outlive its pool,
+  whatever it does to its process attributes (the parent-death signal is set before the filter, which
+  has no ``prctl``; no ``setsid``/``setpgid``), and uses no CPU between calls (no timers, no threads);
+- files: writes anywhere, reads outside the interpreter (``/etc/passwd``, the pool's environment
+  through ``/proc``), changes of modes, times or extended attributes, directory watches (Landlock;
+  seccomp allows no write-mode ``open``, no ``chmod``/``utime``/xattr/inotify; the worker starts with an
+  empty environment and, under root, drops to an unprivileged uid);
+- other processes: sockets (seccomp; Landlock denies TCP), signals and traces (seccomp, Landlock
+  scoping), their scheduling priority or CPU affinity (no ``setpriority``/``sched_setaffinity``),
+  System V shared memory, semaphores or queues that would outlive the worker;
+- the trusted side: every answer crosses one checked boundary (``protocol.decode``): a bounded frame,
+  at most ``MAX_OBJECTS`` values counted before anything is built, 64 levels, integers within
+  ±2**63, text made valid UTF-8; floods of output; crashes of the interpreter (the pool sees the
+  worker die); lies about types by patched builtins (checked again in the pool's process); forged
+  answers or reason codes (the pool takes a reason code only from a failed load);
+- the other episodes of a batch: every worker is read as its data arrives and judged against its own
+  deadline, after what already arrived is read, so that one stalling worker delays nobody else (the
+  rollout's per-episode time budget cuts one that is slow at every step).
 
 What it does not protect against: kernel exploits (a kernel bug defeats Landlock and seccomp;
 enable the optional bubblewrap layer, or run the whole trainer in a VM, for defence in depth);
-side channels and CPU contention (a worker can use its cores until its deadline); reading files
-that lie inside the Python installation or system library folders (read-only, nothing secret should
-be there); an environment that behaves differently under validation and play (that is a question of
-its rewards, not of isolation); several episodes of the *same* source share a worker and can see
-each other's state (they are the same code). On a kernel without Landlock or seccomp the pool
+side channels and CPU contention during a call (a worker can use its cores until its deadline, and
+code that rewrites the worker's own loop in its interpreter could busy-wait between calls until its
+CPU limit, ``SandboxConfig.cpu_seconds``); reading files that lie inside the Python installation or
+system library folders (read-only, nothing secret should be there); several episodes of the *same*
+source share a worker and can see each other's state (they are the same code). Whether an
+environment is honest (the same at every seed, for every instance, for malformed actions) is the
+validator's question, not isolation's: see ``spade_rl.design.validate``. Where the Python
+installation lies out of the sandbox user's reach (under a 0700 ``/root``), a worker started by root
+can import only what it preloaded (``SandboxConfig.preload``); the pool's error and ``spade-rl doctor``
+name the folder and the change that fixes it. On a kernel without Landlock or seccomp the pool
 refuses to run by default (fail closed): see ``spade-rl doctor``.
 """
 
