@@ -1060,6 +1060,18 @@ def test_slow_every_step():
     assert fast.won
 
 
+def test_busy_between_calls():
+    def play(env):
+        first = env.reset(seed=0)
+        time.sleep(1.5)  # idle, as a worker waits for the model to write the next action
+        return [first, env.step("anything")]
+
+    outcome = run_attack("busy_between_calls", play=play)
+    assert outcome.calls[0].ok, outcome.calls[0]
+    assert_killed(outcome.last, Status.PROTOCOL_ERROR)
+    assert "of CPU between calls" in outcome.last.error, outcome.last
+
+
 # --- the seccomp allow-list ----------------------------------------------------------------------
 
 OWNER = """

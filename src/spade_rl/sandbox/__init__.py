@@ -8,7 +8,9 @@ environment per file in ``tests/sandbox/attacks/``):
 - processes and threads: fork bombs, double-fork daemons, ``subprocess``, ``os.system``, ``ctypes``
   calls into libc (the seccomp allow-list has no fork/clone/exec); a worker cannot outlive its pool,
   whatever it does to its process attributes (the parent-death signal is set before the filter, which
-  has no ``prctl``; no ``setsid``/``setpgid``), and uses no CPU between calls (no timers, no threads);
+  has no ``prctl``; no ``setsid``/``setpgid``), and uses no CPU between calls (no timers, no threads;
+  a worker whose code rewrote its own loop to busy-wait is found by the pool's CPU accounting and
+  killed when it is next sent a call);
 - files: writes anywhere, reads outside the interpreter (``/etc/passwd``, the pool's environment
   through ``/proc``), changes of modes, times or extended attributes, directory watches (Landlock;
   seccomp allows no write-mode ``open``, no ``chmod``/``utime``/xattr/inotify; the worker starts with an
@@ -27,9 +29,9 @@ environment per file in ``tests/sandbox/attacks/``):
 
 What it does not protect against: kernel exploits (a kernel bug defeats Landlock and seccomp;
 enable the optional bubblewrap layer, or run the whole trainer in a VM, for defence in depth);
-side channels and CPU contention during a call (a worker can use its cores until its deadline, and
-code that rewrites the worker's own loop in its interpreter could busy-wait between calls until its
-CPU limit, ``SandboxConfig.cpu_seconds``); reading files that lie inside the Python installation or
+side channels and CPU contention during a call (a worker can use its core until its deadline; a
+busy-waiting worker is found at most a second late, and not at all under bubblewrap, whose pid
+namespace hides its CPU time: there ``SandboxConfig.cpu_seconds`` is the bound); reading files that lie inside the Python installation or
 system library folders (read-only, nothing secret should be there); several episodes of the *same*
 source share a worker and can see each other's state (they are the same code). Whether an
 environment is honest (the same at every seed, for every instance, for malformed actions) is the

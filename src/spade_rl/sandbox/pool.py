@@ -119,6 +119,12 @@ class _Worker:
     tainted: bool = False
     dead: bool = False
     death: str = ""
+    # CPU accounting (see SandboxPool._idle_check): at the last check, the worker's CPU seconds and
+    # the time; since then, the wall time its calls took and how many there were.
+    cpu_at: float = 0.0
+    checked_at: float = 0.0
+    busy_s: float = 0.0
+    calls: int = 0
 
 
 class EnvHandle:
@@ -521,7 +527,9 @@ class SandboxPool:
                 return [_lost(worker)]
             start = time.monotonic()
             rid = next(self._ids)
-            failed = self._send(worker, {"op": op, "id": rid, **args}, start, start + limits[0])
+            failed = self._idle_check(worker, start) or self._send(
+                worker, {"op": op, "id": rid, **args}, start, start + limits[0]
+            )
             if failed is not None:
                 return [failed]
             try:
@@ -546,7 +554,9 @@ class SandboxPool:
                 start = time.monotonic()
                 rid = next(self._ids)
                 deadline = start + limits[index]
-                failed = self._send(worker, {"op": op, "id": rid, **args}, start, deadline)
+                failed = self._idle_check(worker, start) or self._send(
+                    worker, {"op": op, "id": rid, **args}, start, deadline
+                )
                 if failed is not None:
                     results[index] = failed
                     continue
@@ -595,6 +605,32 @@ class SandboxPool:
                     settle(fd, self._judge(worker, op, rid, start, answer))
         return results  # type: ignore[return-value]
 
+    def _idle_check(self, worker: _Worker, now: float) -> CallResult | None:
+        """A failure (the worker is killed) when the worker used CPU between calls: at most once a
+        second per worker, its CPU time since the last check, less the wall time of its calls and
+        their short spins, must stay under ``IDLE_CPU_SHARE`` of the idle time (plus a little). An
+        honest worker sleeps between calls; timers and threads are denied, so one that computes then
+        has rewritten its own loop. (Not under bubblewrap: the worker is in another pid namespace.)"""
+        if self._bwrap or now - worker.checked_at < IDLE_CHECK_S:
+            return None
+        cpu = _cpu_seconds(worker.proc.pid)
+        if cpu is None:
+            return None
+        first = worker.checked_at == 0.0
+        idle = now - worker.checked_at - worker.busy_s
+        used = cpu - worker.cpu_at - worker.busy_s - worker.calls * self._spin_s
+        worker.cpu_at, worker.checked_at, worker.busy_s, worker.calls = cpu, now, 0.0, 0
+        if first or used <= IDLE_CPU_GRACE_S + IDLE_CPU_SHARE * idle:
+            return None
+        return self._fail(
+            worker,
+            Status.PROTOCOL_ERROR,
+            "protocol_error",
+            now,
+            f"the worker used {used:.2f} s of CPU between calls, in {idle:.2f} s without a request: "
+            "a worker computes only while it answers",
+        )
+
     def _send(self, worker: _Worker, request: dict, start: float, deadline: float) -> CallResult | None:
         """Write a request; a failure result when the worker is gone or stopped reading in time."""
         try:
@@ -641,6 +677,8 @@ class SandboxPool:
         """The result of a decoded answer, every field checked: only the pool's own reason codes
         and bounded text come out."""
         elapsed = time.monotonic() - start
+        worker.busy_s += elapsed
+        worker.calls += 1
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or answer.get("id") != rid:
             return self._fail(
                 worker,
@@ -697,6 +735,22 @@ class SandboxPool:
         if worker in self._workers:
             self._workers.remove(worker)
         return CallResult(status, None, reason, error or reason, elapsed_s=time.monotonic() - start)
+
+
+IDLE_CHECK_S = 1.0  # how often (at most) a worker's CPU time is checked, when it is sent a call
+IDLE_CPU_SHARE = 0.25  # the share of its idle time a worker may spend on the CPU (an honest one: 0)
+IDLE_CPU_GRACE_S = 0.1  # plus this much: clock ticks, the end of an answer, the start of a read
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of a process, from ``/proc``; None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _replace(result: CallResult, **changes: Any) -> CallResult:
