@@ -13,7 +13,7 @@ XSS = "<script>document.documentElement.setAttribute('data-pwned', 'yes')</scrip
 IMG_XSS = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned', 'img')\">"
 
 # The shared parity game (tests/fixture_envs.py) with model-written markup in its docstring and observation.
-PARITY = fixture_envs.PARITY.replace('is even.', f'is even. {XSS}', 1).replace(
+PARITY = fixture_envs.PARITY.replace("is even.", f"is even. {XSS}", 1).replace(
     '"Say something of the right length."', repr(f"Say something of the right length. {XSS} {IMG_XSS}")
 )
 assert f"is even. {XSS}" in PARITY and "right length. <script>" in PARITY, "fixture_envs.PARITY changed"

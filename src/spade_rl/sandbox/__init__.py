@@ -31,8 +31,8 @@ What it does not protect against: kernel exploits (a kernel bug defeats Landlock
 enable the optional bubblewrap layer, or run the whole trainer in a VM, for defence in depth);
 side channels and CPU contention during a call (a worker can use its core until its deadline; a
 busy-waiting worker is found at most a second late, and not at all under bubblewrap, whose pid
-namespace hides its CPU time: there ``SandboxConfig.cpu_seconds`` is the bound); reading files that lie inside the Python installation or
-system library folders (read-only, nothing secret should be there); several episodes of the *same*
+namespace hides its CPU time: there ``SandboxConfig.cpu_seconds`` is the bound); reading files
+that lie inside the Python installation or system library folders (read-only, nothing secret should be there); several episodes of the *same*
 source share a worker and can see each other's state (they are the same code). Whether an
 environment is honest (the same at every seed, for every instance, for malformed actions) is the
 validator's question, not isolation's: see ``spade_rl.design.validate``. Where the Python
