@@ -27,19 +27,20 @@ environment per file in ``tests/sandbox/attacks/``):
   deadline, after what already arrived is read, so that one stalling worker delays nobody else (the
   rollout's per-episode time budget cuts one that is slow at every step).
 
-What it does not protect against: kernel exploits (a kernel bug defeats Landlock and seccomp;
-enable the optional bubblewrap layer, or run the whole trainer in a VM, for defence in depth);
-side channels and CPU contention during a call (a worker can use its core until its deadline; a
+What it does not protect against: kernel exploits (a kernel bug defeats Landlock and seccomp; enable
+the optional bubblewrap layer, or run the whole trainer in a VM, for defence in depth); side
+channels and CPU contention during a call (a worker can use its core until its deadline; a
 busy-waiting worker is found at most a second late, and not at all under bubblewrap, whose pid
-namespace hides its CPU time: there ``SandboxConfig.cpu_seconds`` is the bound); reading files
-that lie inside the Python installation or system library folders (read-only, nothing secret should be there); several episodes of the *same*
-source share a worker and can see each other's state (they are the same code). Whether an
-environment is honest (the same at every seed, for every instance, for malformed actions) is the
-validator's question, not isolation's: see ``spade_rl.design.validate``. Where the Python
-installation lies out of the sandbox user's reach (under a 0700 ``/root``), a worker started by root
-can import only what it preloaded (``SandboxConfig.preload``); the pool's error and ``spade-rl doctor``
-name the folder and the change that fixes it. On a kernel without Landlock or seccomp the pool
-refuses to run by default (fail closed): see ``spade-rl doctor``.
+namespace hides its CPU time: there ``SandboxConfig.cpu_seconds`` is the bound); reading files that
+lie inside the Python installation or system library folders (read-only, nothing secret should be
+there); several episodes of the *same* source share a worker and can see each other's state (they
+are the same code). Whether an environment is honest (the same at every seed, for every instance,
+for malformed actions) is the validator's question, not isolation's: see
+``spade_rl.design.validate``. Where the Python installation lies out of the sandbox user's reach
+(under a 0700 ``/root``), a worker started by root can import only what it preloaded
+(``SandboxConfig.preload``); the pool's error and ``spade-rl doctor`` name the folder and the change
+that fixes it. On a kernel without Landlock or seccomp the pool refuses to run by default (fail
+closed): see ``spade-rl doctor``.
 """
 
 from spade_rl.sandbox.config import LAYER_MODES, LAYERS, SandboxConfig
