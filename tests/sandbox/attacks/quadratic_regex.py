@@ -1,9 +1,10 @@
-"""Attack: a final action of 420,000 characters, ``\\boxed{`` repeated, in ``solution``: the
+"""Attack: a final action of 1.26 million characters, ``\\boxed{`` repeated, in ``solution``: the
 validator's hint-leak check searched it with ``\\\\boxed\\{(.*)\\}``, which backtracks in quadratic
-time (about an hour of the host's CPU at this size). Stopped: the validator's own text processing
-is linear. (Repeating ``\\boxed{0}`` also wins, so that it is refused without a hint too.)"""
+time (0.4 s at 35,000 characters, 1.5 s at 70,000, 6 s at 140,000: about eight minutes at this
+size). Stopped: the validator's own text processing is linear. (Repeating ``\\boxed{0}`` also wins,
+so that it is refused without a hint too.)"""
 
-LONG = "\\boxed{" * 60_000
+LONG = "\\boxed{" * 180_000
 
 
 class BacktrackEnv:
