@@ -168,7 +168,7 @@ def normalise(value: Any, max_depth: int = MAX_DEPTH) -> Any:
 def _scalar(value: Any) -> None:
     if type(value) is int and not -INT_BOUND <= value <= INT_BOUND:
         raise ValueOutOfBounds(
-            f"an integer of {len(str(abs(value)))} digits; integers must lie within ±(2**63 - 1)"
+            f"an integer of {value.bit_length()} bits; integers must lie within ±(2**63 - 1)"
         )
 
 
