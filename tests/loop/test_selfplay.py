@@ -72,6 +72,9 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
+    # a module validation allows but no worker preloads fails to import after hardening: refused
+    with pytest.raises(ConfigError, match=r"extra_imports allows \['numpy'\].*sandbox.preload"):
+        load_config(None, ['design.validation.extra_imports=["numpy"]'])
 
 
 def run_dir_state(run_dir: Path) -> tuple[list[int], list[tuple[int, int]]]:

@@ -318,6 +318,14 @@ class RunConfig:
                     "the warm-up trains the model of a single process, not under accelerate launch "
                     f"(WORLD_SIZE={os.environ['WORLD_SIZE']}): set warmup.designs = 0"
                 )
+        unloaded = [m for m in self.design.validation.extra_imports if m not in self.sandbox.preload]
+        if unloaded:
+            raise ConfigError(
+                f"design.validation.extra_imports allows {unloaded}, which the sandbox workers do not "
+                "preload: an environment importing them would fail to load once a worker has hardened "
+                f"itself; add them to sandbox.preload (it holds {len(self.sandbox.preload)} modules) or "
+                "drop them from extra_imports"
+            )
         if self.design.n != loop.designs_per_iteration:
             object.__setattr__(self, "design", dataclasses.replace(self.design, n=loop.designs_per_iteration))
         if self.design.validation.max_turns != self.rollout.max_turns:
