@@ -318,7 +318,8 @@ class RunConfig:
                     "the warm-up trains the model of a single process, not under accelerate launch "
                     f"(WORLD_SIZE={os.environ['WORLD_SIZE']}): set warmup.designs = 0"
                 )
-        unloaded = [m for m in self.design.validation.extra_imports if m not in self.sandbox.preload]
+        preloaded = {name.split(".")[0] for name in self.sandbox.preload}  # "numpy.linalg" loads numpy
+        unloaded = [m for m in self.design.validation.extra_imports if m not in preloaded]
         if unloaded:
             raise ConfigError(
                 f"design.validation.extra_imports allows {unloaded}, which the sandbox workers do not "
