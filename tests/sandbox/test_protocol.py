@@ -82,8 +82,10 @@ def test_deep_nesting_is_refused_on_the_trusted_side(pipe):
     os.write(w, struct.pack(">I", len(deep)) + deep.encode())
     with pytest.raises(ValueError, match="nested deeper"):
         protocol.FrameReader(r, 1 << 20).read(time.monotonic() + 1)
-    assert protocol.nesting_depth({"a": [[1], {"b": []}]}, 64) == 4
-    assert protocol.nesting_depth(5, 64) == 0
+    assert protocol.decode(b'{"a": [[1], {"b": []}]}', max_depth=4) == {"a": [[1], {"b": []}]}
+    with pytest.raises(ValueError, match="nested deeper than 3"):
+        protocol.decode(b'{"a": [[1], {"b": []}]}', max_depth=3)
+    assert protocol.decode(b"5", max_depth=0) == 5
 
 
 def test_write_with_deadline_to_a_full_pipe(pipe):

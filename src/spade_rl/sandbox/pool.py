@@ -520,7 +520,6 @@ class SandboxPool:
         after it was sent): a worker that sends half an answer and stalls delays nobody else, and
         data that arrived before a deadline is read before that deadline is judged."""
         self.stats["calls"] += len(calls)
-        limits = [timeout] * len(calls)
         if len(calls) == 1:  # the common case of one step: no poller to build
             worker, op, args = calls[0]
             if worker.dead:
@@ -528,14 +527,14 @@ class SandboxPool:
             start = time.monotonic()
             rid = next(self._ids)
             failed = self._idle_check(worker, start) or self._send(
-                worker, {"op": op, "id": rid, **args}, start, start + limits[0]
+                worker, {"op": op, "id": rid, **args}, start, start + timeout
             )
             if failed is not None:
                 return [failed]
             try:
-                answer = worker.reader.read(start + limits[0], self._spin_s)
+                answer = worker.reader.read(start + timeout, self._spin_s)
             except Exception as exc:  # noqa: BLE001 - each kind of failure becomes a typed result
-                return [self._read_failure(worker, op, start, start + limits[0], exc)]
+                return [self._read_failure(worker, op, start, start + timeout, exc)]
             return [self._judge(worker, op, rid, start, answer)]
         results: list[CallResult | None] = [None] * len(calls)
         queues: dict[int, list[int]] = {}
@@ -553,7 +552,7 @@ class SandboxPool:
                     continue
                 start = time.monotonic()
                 rid = next(self._ids)
-                deadline = start + limits[index]
+                deadline = start + timeout
                 failed = self._idle_check(worker, start) or self._send(
                     worker, {"op": op, "id": rid, **args}, start, deadline
                 )

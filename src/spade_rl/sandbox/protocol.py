@@ -135,33 +135,19 @@ def normalise(value: Any, max_depth: int = MAX_DEPTH) -> Any:
         item, depth = stack.pop()
         if depth > max_depth:
             raise ValueError(f"the message is nested deeper than {max_depth} levels")
-        if type(item) is list:
-            for i, child in enumerate(item):
-                kind = type(child)
-                if kind is str:
-                    if not child.isascii():
-                        item[i] = _text(child)
-                elif kind is list or kind is dict:
-                    stack.append((child, depth + 1))
-                else:
-                    _scalar(child)
-        else:
-            repaired = {}
-            for key, child in item.items():
-                kind = type(child)
-                if kind is str:
-                    if not child.isascii():
-                        item[key] = _text(child)
-                elif kind is list or kind is dict:
-                    stack.append((child, depth + 1))
-                else:
-                    _scalar(child)
-                if not key.isascii():
-                    fixed = _text(key)
-                    if fixed is not key:
-                        repaired[key] = fixed
-            for key, fixed in repaired.items():
-                item[fixed] = item.pop(key)
+        is_dict = type(item) is dict
+        for key, child in list(item.items()) if is_dict else enumerate(item):
+            kind = type(child)
+            if kind is str:
+                if not child.isascii():
+                    item[key] = _text(child)
+            elif kind is list or kind is dict:
+                stack.append((child, depth + 1))
+            else:
+                _scalar(child)
+        if is_dict:  # keys too, once the values are done
+            for key in [k for k in item if not k.isascii() and _text(k) is not k]:
+                item[_text(key)] = item.pop(key)
     return value
 
 
@@ -179,22 +165,6 @@ def _text(text: str) -> str:
     except UnicodeEncodeError:
         return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
     return text
-
-
-def nesting_depth(value: Any, stop_at: int) -> int:
-    """How deeply lists and dicts nest in ``value`` (0 for a scalar); stops counting past ``stop_at``."""
-    deepest = 0
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > stop_at:
-                    return deepest
-            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 class FrameReader:
