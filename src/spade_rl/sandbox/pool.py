@@ -220,47 +220,31 @@ class SandboxPool:
         nothing yet (a new interpreter: new hash seed, new global RNG state), as the determinism
         check needs; ``beside`` asks for the worker of that open handle (of the same source), so that
         several instances share one interpreter, as training's episodes do."""
-        if beside is not None:
-            return self._open_beside(source, kwargs, timeout_s, beside)
-        return self.open_many([(source, kwargs)], timeout_s, fresh_worker)[0]
-
-    def _open_beside(
-        self, source: str, kwargs: dict | None, timeout_s: float | None, beside: EnvHandle
-    ) -> CallResult:
-        with self._lock:
-            worker = beside._worker
-            if beside.closed or worker.dead:
-                return (
-                    _lost(worker)
-                    if worker.dead
-                    else CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
-                )
-            if worker.source_hash != _source_hash(source):
-                raise ValueError("beside: that handle's worker is bound to another source")
-            instance = next(self._ids)
-            worker.live.add(instance)
-            worker.created += 1
-            call = (worker, "new", {"instance": instance, "kwargs": kwargs or {}})
-            result = self._run([call], timeout_s or self.config.load_timeout_s)[0]
-            if result.ok:
-                return _replace(result, value=EnvHandle(self, worker, instance, worker.class_name))
-            worker.live.discard(instance)
-            return _phase(result, "init")
+        return self.open_many([(source, kwargs)], timeout_s, fresh_worker, beside)[0]
 
     def open_many(
         self,
         requests: list[tuple[str, dict | None]],
         timeout_s: float | None = None,
         fresh_worker: bool = False,
+        beside: EnvHandle | None = None,
     ) -> list[CallResult]:
         """``open`` for many (source, kwargs) pairs; new workers start in parallel. With
-        ``fresh_worker`` every request gets a worker of its own, even for the same source."""
+        ``fresh_worker`` every request gets a worker of its own, even for the same source; with
+        ``beside`` every request gets that open handle's worker."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
             timeout = timeout_s or self.config.load_timeout_s
             placed: list[_Worker] = []
-            for source, _ in requests:
+            if beside is not None:  # the worker of an open handle, bound to the same source
+                if beside.closed or beside._worker.dead:
+                    lost = _lost(beside._worker) if beside._worker.dead else _CLOSED
+                    return [lost] * len(requests)
+                if any(_source_hash(source) != beside._worker.source_hash for source, _ in requests):
+                    raise ValueError("beside: that handle's worker is bound to another source")
+                placed = [beside._worker] * len(requests)
+            for source, _ in requests[len(placed) :]:
                 # Fresh requests of one batch each get their own worker, never one placed just before.
                 placed.append(self._place(_source_hash(source), fresh_worker, placed if fresh_worker else ()))
             for worker in _unique(placed):
@@ -317,9 +301,7 @@ class SandboxPool:
             runnable = []
             for index, (env, op, args) in enumerate(calls):
                 if env.closed:
-                    results[index] = CallResult(
-                        Status.EXCEPTION, reason="closed", error="the environment is closed"
-                    )
+                    results[index] = _CLOSED
                 elif env._worker.dead:
                     results[index] = _lost(env._worker)
                 else:
@@ -750,6 +732,9 @@ def _cpu_seconds(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+_CLOSED = CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
 
 
 def _replace(result: CallResult, **changes: Any) -> CallResult:
