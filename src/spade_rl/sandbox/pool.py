@@ -333,12 +333,10 @@ class SandboxPool:
         that uid's reach), instead of a bare ``ModuleNotFoundError``."""
         if result.error_type not in ("ModuleNotFoundError", "ImportError", "PermissionError"):
             return result
-        if os.geteuid() != 0 or self.config.mode("uid") == "off":
-            return result
         if self._unreachable is None:
-            self._unreachable = unreachable_interpreter(
-                self.config.unprivileged_uid, self.config.unprivileged_gid
-            )
+            from spade_rl.sandbox.doctor import sandbox_user_access
+
+            self._unreachable = sandbox_user_access(self.config)
         if not self._unreachable:
             return result
         why = (
