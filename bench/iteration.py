@@ -13,7 +13,8 @@ of the largest of its finished children. The phases are timed by wrapping the po
 updater and the checkpoint of a real ``SelfPlay`` run; nothing of the loop is changed.
 
 Part 2, generation: the same chats (first observations of the reference games) at each batch size,
-``--new-tokens`` tokens sampled at temperature 0.6, through ``TransformersPolicy.generate`` (its prefix
+exactly ``--new-tokens`` tokens per row (an end-of-sequence token stops neither side: the same work on
+both) sampled at temperature 0.6, through ``TransformersPolicy.generate`` (its prefix
 cache emptied before each call) and through ``model.generate`` of transformers; tokens per second of
 each, their ratio, and the share of the machine's matmul ceiling (fp32 matrix products measured here,
 divided by 2 FLOP per parameter and token). Everything is measured in the same run: compare ratios,
@@ -94,6 +95,8 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
                 timers.wrap(run.executor, name, None)
             timers.wrap(run.executor, "validate_many", "validate")
             timers.wrap(run.updater, "update", "update")
+            update_tokens = count_update_tokens(run.updater)
+            generated = count_generated_tokens(policies.values(), timers)
             timers.wrap(run, "_checkpoint", "checkpoint")
             run._play = timers.during("play", run._play)
             design = run_module.design_environments
@@ -130,10 +133,48 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
         "peak_rss_mib_after_setup": rss_setup,
         "peak_rss_mib": peak_rss_mib(),
         "peak_rss_mib_children": peak_rss_mib(resource.RUSAGE_CHILDREN),  # the largest finished child
+        "update_rows": update_tokens["rows"],
+        "update_tokens": update_tokens["tokens"],
+        "update_trained_tokens": update_tokens["trained"],
+        "generation_tokens": dict(generated),
+        "parameters": sum(p.numel() for p in run.policy.model.parameters()),
         "designs": metrics.get("designer/proposed", 0),
         "valid_rate": metrics.get("designer/valid_rate"),
         "updated": "train/skipped" not in metrics,
     }
+
+
+def count_update_tokens(updater) -> dict:
+    """Counts, filled by each ``update``: rows, their tokens (prompt + completion), trained tokens."""
+    counts = {"rows": 0, "tokens": 0, "trained": 0}
+    inner = updater.update
+
+    def counted(samples, *args, **kwargs):
+        counts["rows"] += len(samples)
+        counts["tokens"] += sum(len(x.prompt_ids) + len(x.completion_ids) for x in samples)
+        counts["trained"] += sum(sum(x.completion_mask) for x in samples)
+        return inner(samples, *args, **kwargs)
+
+    updater.update = counted
+    return counts
+
+
+def count_generated_tokens(policies, timers: Timers) -> dict:
+    """Per phase: rows, prompt tokens and new tokens of every generation call (wraps the wrapped calls)."""
+    counts: dict = defaultdict(int)
+    for policy in policies:
+        for name in ("generate", "generate_tokens"):
+            inner = getattr(policy, name)
+
+            def counted(*args, _inner=inner, **kwargs):
+                generations = _inner(*args, **kwargs)
+                counts[f"{timers.phase}/rows"] += len(generations)
+                counts[f"{timers.phase}/prompt_tokens"] += sum(len(g.prompt_token_ids) for g in generations)
+                counts[f"{timers.phase}/new_tokens"] += sum(len(g.completion_token_ids) for g in generations)
+                return generations
+
+            setattr(policy, name, counted)
+    return counts
 
 
 def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
@@ -173,8 +214,15 @@ def generation(batches: list[int], new_tokens: int, config_path: str | None, ove
         batch_chats = chats(batch)
         settings = SamplingSettings(max_new_tokens=new_tokens, temperature=0.6, seed=0, logprobs=True)
         policy.clear_prefix_cache()
+        # The same work on both sides: every row generates exactly new_tokens tokens (an end-of-sequence
+        # token stops neither; the library gets min_new_tokens), else whichever side happens to sample an
+        # early end for its slowest row looks faster.
+        stops, policy.eos_token_ids = policy.eos_token_ids, set()
         started = time.perf_counter()
-        generations = policy.generate(batch_chats, settings)
+        try:
+            generations = policy.generate(batch_chats, settings)
+        finally:
+            policy.eos_token_ids = stops
         ours_s = time.perf_counter() - started
         ours_tokens = sum(len(g.completion_token_ids) for g in generations)
         texts = [
@@ -194,14 +242,11 @@ def generation(batches: list[int], new_tokens: int, config_path: str | None, ove
                 top_p=1.0,
                 top_k=0,
                 max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
             )
         library_s = time.perf_counter() - started
-        new = out[:, encoded["input_ids"].shape[1] :]
-        eos = tokenizer.eos_token_id
-        library_tokens = 0
-        for row in new.tolist():
-            library_tokens += next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
+        library_tokens = out[:, encoded["input_ids"].shape[1] :].numel()
         ours_rate, library_rate = ours_tokens / ours_s, library_tokens / library_s
         rows.append(
             {
@@ -237,6 +282,7 @@ def main(argv: list[str]) -> int:
     result: dict = {}
     if not args.no_iteration:
         result["iteration"] = one_iteration(args.config, args.overrides)
+        result["iteration"]["matmul_gflops"] = matmul_gflops()
     if not args.no_generation:
         batches = [int(b) for b in args.batches.split(",")]
         result["generation"] = generation(batches, args.new_tokens, args.config, args.overrides)
@@ -251,6 +297,20 @@ def main(argv: list[str]) -> int:
         print(f"{'phase':28} {'seconds':>9} {'share':>7}")
         for name, seconds in it["phases_s"].items():
             print(f"{name:28} {seconds:9.2f} {seconds / total:7.1%}")
+        gen = it["generation_tokens"]
+        for phase in ("design", "play"):
+            if gen.get(f"{phase}/rows"):
+                rows, prompt, new = (gen[f"{phase}/{k}"] for k in ("rows", "prompt_tokens", "new_tokens"))
+                print(f"{phase} generation: {rows} rows, {prompt} prompt tokens, {new} new tokens")
+        if it["update_tokens"]:
+            # 6 FLOP per parameter and token for a forward and a backward pass (2 + 4).
+            rate = 6 * it["parameters"] * it["update_tokens"] / it["phases_s"]["update"] / 1e9
+            it["update_gflops"] = rate
+            line = (f"update: {it['update_rows']} rows, {it['update_tokens']} tokens "
+                    f"({it['update_trained_tokens']} trained): {rate:.0f} GFLOP/s")  # fmt: skip
+            if "matmul_gflops" in it:
+                line += f", {rate / it['matmul_gflops']:.0%} of the measured fp32 matmul rate"
+            print(line)
         print(f"peak RSS: {it['peak_rss_mib_after_setup']:.0f} MiB after setup, "
               f"{it['peak_rss_mib']:.0f} MiB after the iteration; the largest finished child process "
               f"{it['peak_rss_mib_children']:.0f} MiB")  # fmt: skip

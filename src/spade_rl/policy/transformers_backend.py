@@ -35,7 +35,9 @@ attention) run without a prefix cache (logged once).
 
 from __future__ import annotations
 
+import functools
 import inspect
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -97,8 +99,10 @@ class TransformersPolicy(Policy):
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
         self.prefix_cache: PrefixCache | None = None
         self._weights: tuple[Any, Any] | None = None  # the fingerprint the cached keys/values belong to
+        unsupported = _why_no_prefix_cache(model)
+        # Plain dynamic layers can be replaced by preallocated ones (the same interface, no copy per step).
+        self._preallocate = not unsupported
         if self.config.prefix_cache_tokens > 0:
-            unsupported = _why_no_prefix_cache(model)
             if unsupported:
                 log.info("prefix cache off: %s", unsupported)
             else:
@@ -154,6 +158,8 @@ class TransformersPolicy(Policy):
         prefix = self._prefix_cache_for_call()
         started, new_tokens = time.perf_counter(), 0
         try:
+            if prefix is not None:
+                self._prefill_shared([prompt for prompt, _ in rows])
             reuse = [prefix.lookup(prompt) if prefix else NO_REUSE for prompt, _ in rows]
             # Rows that reuse a cached prefix go together (they prefill little), then the others; within each,
             # similar lengths share a forward pass (less padding). Results go back to their rows after.
@@ -199,20 +205,7 @@ class TransformersPolicy(Policy):
         import torch
 
         device = self.device
-        # Row b, `past + width` wide: [pad | its cached prefix | pad | the rest of its prompt]; the mask is 0
-        # on both paddings and the positions of the rest continue from the cached length.
-        cached = [r.length for r in reuse]
-        fresh = [len(prompt) - c for (prompt, _), c in zip(rows, cached, strict=True)]
-        past, width = max(cached), max(fresh)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), past + width), dtype=torch.long)
-        positions = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, ((prompt, _), c, n) in enumerate(zip(rows, cached, fresh, strict=True)):
-            input_ids[b, width - n :] = torch.tensor(prompt[c:])
-            attention[b, past - c : past] = 1
-            attention[b, past + width - n :] = 1
-            positions[b, width - n :] = torch.arange(c, c + n)
-        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+        input_ids, attention, positions, past, width = self._layout([prompt for prompt, _ in rows], reuse)
         generators = None
         if not settings.greedy:
             generators = [torch.Generator(device=device).manual_seed(seed) for _, seed in rows]
@@ -221,8 +214,9 @@ class TransformersPolicy(Policy):
         tokens: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str | None] = [None] * len(rows)
+        batch = list(range(len(rows)))  # the row at each position of the batch (finished rows leave it)
         with torch.inference_mode():
-            cache = _cache_with_past(self.model, reuse, past) if past else _new_cache(self.model)
+            cache = self._batch_cache(reuse, past, past + width + settings.max_new_tokens)
             for step in range(settings.max_new_tokens):
                 out = self.model(
                     input_ids=input_ids,
@@ -234,68 +228,171 @@ class TransformersPolicy(Policy):
                 )
                 chosen, chosen_logprobs = choose_tokens(out.logits[:, -1, :].float(), settings, generators)
                 chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
-                for b in range(len(rows)):
+                for i, b in enumerate(batch):
                     if finish[b] is not None:
                         continue
-                    tokens[b].append(chosen_list[b])
-                    logprobs[b].append(logprob_list[b])
-                    if chosen_list[b] in stop_ids:
+                    tokens[b].append(chosen_list[i])
+                    logprobs[b].append(logprob_list[i])
+                    if chosen_list[i] in stop_ids:
                         finish[b] = "stop"
                     elif settings.stop and cut_at_stop(self._decode(tokens[b]), settings.stop, False)[1]:
                         finish[b] = "stop_string"
                     elif step == settings.max_new_tokens - 1:
                         finish[b] = "length"
-                if all(f is not None for f in finish):
+                done = [i for i, b in enumerate(batch) if finish[b] is not None]
+                if len(done) == len(batch):
                     break
-                next_ids = [self.pad_token_id if finish[b] else chosen_list[b] for b in range(len(rows))]
+                if self._preallocate and len(done) * COMPACT_SHARE >= len(batch):
+                    # Finished rows leave the batch (their keys/values kept first): every later step costs
+                    # only the rows still generating.
+                    self._remember(batch, rows, reuse, tokens, cache, past, attention.shape[1], done)
+                    keep = [i for i, b in enumerate(batch) if finish[b] is None]
+                    index = torch.tensor(keep, device=device)
+                    for layer in cache.layers:
+                        layer.batch_select_indices(index)
+                    attention, positions = attention[index], positions[index]
+                    if generators is not None:
+                        generators = [generators[i] for i in keep]
+                    chosen_list = [chosen_list[i] for i in keep]
+                    batch = [batch[i] for i in keep]
+                next_ids = [self.pad_token_id if finish[b] else chosen_list[i] for i, b in enumerate(batch)]
                 input_ids = torch.tensor(next_ids, device=device).unsqueeze(1)
-                attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
+                attention = torch.cat([attention, attention.new_ones((len(batch), 1))], dim=1)
                 positions = positions[:, -1:] + 1
-            if self.prefix_cache is not None:
-                self._remember(rows, reuse, tokens, cache, past + width, attention.shape[1])
+            self._remember(batch, rows, reuse, tokens, cache, past, attention.shape[1], range(len(batch)))
         return [
             self._finish(prompt, tokens[b], logprobs[b], finish[b] or "length", settings)
             for b, (prompt, _) in enumerate(rows)
         ]
 
+    def _layout(self, prompts: list[list[int]], reuse: list[Reuse]) -> tuple[Any, Any, Any, int, int]:
+        """The first forward pass of a batch: input ids, attention mask, position ids, ``past``, ``width``.
+
+        Row b, ``past + width`` wide: [pad | its cached prefix | pad | the rest of its prompt]; the mask is 0
+        on both paddings and the positions of the rest continue from the cached length."""
+        import torch
+
+        cached = [r.length for r in reuse]
+        fresh = [len(prompt) - c for prompt, c in zip(prompts, cached, strict=True)]
+        past, width = max(cached), max(fresh)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), past + width), dtype=torch.long)
+        positions = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, (prompt, c, n) in enumerate(zip(prompts, cached, fresh, strict=True)):
+            input_ids[b, width - n :] = torch.tensor(prompt[c:])
+            attention[b, past - c : past] = 1
+            attention[b, past + width - n :] = 1
+            positions[b, width - n :] = torch.arange(c, c + n)
+        device = self.device
+        return input_ids.to(device), attention.to(device), positions.to(device), past, width
+
+    def _prefill_shared(self, prompts: list[list[int]]) -> None:
+        """Encode once what several prompts of this call share, into the prefix cache.
+
+        A call's rows often begin alike: the system prompt of every episode, the same prompt sampled ``n``
+        times, a GRPO group's designer prompt up to its document. Without this each row encodes its whole
+        prompt. Here the shared prefixes (:func:`shared_prefixes`) that the cache does not hold yet are
+        encoded first, shortest first (a longer one reuses the shorter it extends), and kept as entries:
+        each row's lookup then finds its longest shared prefix and feeds only its own rest. Results equal
+        those of separate encoding up to float rounding, as for any prefix-cache hit.
+        """
+        prefix = self.prefix_cache
+        if prefix is None or len(prompts) < 2:
+            return
+        pending = []
+        for shared in shared_prefixes(prompts, SHARED_PREFIX_MIN_TOKENS):
+            if len(shared) > prefix.max_tokens // 4:
+                continue  # a prefix that would crowd the cache out is not worth its entry
+            if prefix.covered(shared) < len(shared):
+                pending.append(shared)
+        while pending:
+            # Prefixes none of the pending ones extend go first; then those extending them reuse them.
+            ready = [p for p in pending if not any(len(q) < len(p) and p[: len(q)] == q for q in pending)]
+            pending = [p for p in pending if p not in ready]
+            for start in range(0, len(ready), self.config.batch_size):
+                chunk = [list(p) for p in ready[start : start + self.config.batch_size]]
+                self._encode_only(chunk)
+
+    def _encode_only(self, prompts: list[list[int]]) -> None:
+        """Encode ``prompts`` (reusing what the prefix cache holds) and keep their keys/values there."""
+        import torch
+
+        prefix = self.prefix_cache
+        assert prefix is not None
+        prompts = [p for p in prompts if prefix.covered(p) < len(p)]
+        if not prompts:
+            return
+        reuse = [prefix.lookup(prompt, whole=True) for prompt in prompts]
+        input_ids, attention, positions, past, width = self._layout(prompts, reuse)
+        rows = [(prompt, 0) for prompt in prompts]
+        with torch.inference_mode():
+            cache = self._batch_cache(reuse, past, past + width)
+            self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_keyword: cache},
+            )
+            # Completions of one token each: `_remember` keeps prompt + completion[:-1], the whole prompt.
+            # A shorter shared prefix stays: rows that share only it still read it.
+            batch, tokens = list(range(len(rows))), [[0] for _ in rows]
+            self._remember(batch, rows, reuse, tokens, cache, past, past + width, batch, replace=False)
+
+    def _batch_cache(self, reuse: list[Reuse], past: int, capacity: int) -> Any:
+        """The key/value cache of one batch: row b's reused prefix right-aligned in its first ``past``
+        positions; room for ``capacity`` positions when the model's layers allow it (no copy per step)."""
+        cache = _new_cache(self.model, capacity if self._preallocate else None)
+        if past:
+            _fill_past(cache, reuse, past)
+        return cache
+
     def _remember(
         self,
+        batch: list[int],
         rows: list[tuple[list[int], int]],
         reuse: list[Reuse],
         tokens: list[list[int]],
         cache: Any,
-        prompt_width: int,
+        past: int,
         seen: int,
+        store: Sequence[int],
+        replace: bool = True,
     ) -> None:
-        """Keep each row's keys/values (prompt + completion but the last token) in the prefix cache.
+        """Keep the keys/values (prompt + completion but the last token) of the rows at batch positions
+        ``store`` in the prefix cache; ``batch[i]`` is the row at position ``i``.
 
-        In the batch cache row b holds its cached prefix at ``[past - c, past)``, then the rest of its prompt
-        and its fed completion tokens from ``prompt_width - n`` on; the copies leave all padding out.
+        In the batch cache, a row with ``c`` reused tokens holds them at ``[past - c, past)``, then the ``n``
+        other tokens of its prompt up to ``past + width`` and its fed completion tokens after; the copies
+        leave all padding out. An entry a row extends is dropped (``replace``) once no other row of the call
+        still reads it.
         """
         prefix = self.prefix_cache
         if prefix is None:
             return
-        problem = _check_batch_cache(cache, len(rows), seen)
+        problem = _check_batch_cache(cache, len(batch), seen)
         if problem:
             log.warning("prefix cache off: %s", problem)
             self.prefix_cache = None
             return
         layers = cache.layers
-        past = max(r.length for r in reuse)
+        width = max(len(prompt) - r.length for (prompt, _), r in zip(rows, reuse, strict=True))
         first = layers[0].keys
-        for b, ((prompt, _), used) in enumerate(zip(rows, reuse, strict=True)):
+        for i in store:
+            (prompt, _), used = rows[batch[i]], reuse[batch[i]]
             prefix.release(used.entry)
-            known = tuple(prompt) + tuple(tokens[b][:-1])  # the last token was sampled, never fed
+            known = tuple(prompt) + tuple(tokens[batch[i]][:-1])  # the last token was sampled, never fed
             if len(known) > prefix.max_tokens:
                 continue
             c, rest = used.length, len(known) - used.length
-            start = prompt_width - (len(prompt) - c)
+            start = past + width - (len(prompt) - c)
             kv = first.new_empty((len(layers), 2, first.shape[1], len(known), first.shape[3]))
-            for i, layer in enumerate(layers):
-                for j, states in enumerate((layer.keys, layer.values)):
-                    kv[i, j, :, :c] = states[b, :, past - c : past]
-                    kv[i, j, :, c:] = states[b, :, start : start + rest]
-            full = used.entry is not None and c == len(used.entry.tokens)
+            for j, layer in enumerate(layers):
+                for k, states in enumerate((layer.keys, layer.values)):
+                    kv[j, k, :, :c] = states[i, :, past - c : past]
+                    kv[j, k, :, c:] = states[i, :, start : start + rest]
+            full = replace and used.entry is not None and c == len(used.entry.tokens)
             prefix.add(known, kv, replaces=used.entry if full else None)
 
     def _finish(
@@ -340,8 +437,14 @@ def choose_tokens(
         raise ValueError("sampling needs one generator per row")
     scaled = filter_top_p(filter_top_k(logits / settings.temperature, settings.top_k), settings.top_p)
     logp = torch.log_softmax(scaled, dim=-1)
-    probs = logp.exp()
-    chosen = torch.stack([torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(generators)])
+    # Inverse transform sampling: one uniform number per row from its generator, located in the row's
+    # cumulative distribution (float64: 49k float32 probabilities would sum with visible rounding). Filtered
+    # tokens have probability 0, a flat step that `right=True` never lands on. torch.multinomial draws one
+    # random number per vocabulary entry instead (4% of a batch's generation time, torch profiler).
+    cdf = logp.double().exp().cumsum(dim=-1)
+    uniform = torch.cat([torch.rand(1, generator=g, device=g.device, dtype=cdf.dtype) for g in generators])
+    target = (uniform * cdf[:, -1]).unsqueeze(-1)
+    chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
     return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
 
 
@@ -415,14 +518,10 @@ class PrefixCache:
         self._entries.clear()
         self.tokens = 0
 
-    def lookup(self, prompt: Sequence[int]) -> Reuse:
-        key = tuple(prompt)
-        best: _Entry | None = None
-        best_length = 0
-        for entry in reversed(self._entries.values()):  # most recent first: a continuation is usually there
-            length = _common_prefix_length(key, entry.tokens, len(key) - 1, best_length)
-            if length > best_length:
-                best, best_length = entry, length
+    def lookup(self, prompt: Sequence[int], *, whole: bool = False) -> Reuse:
+        """The longest cached prefix of ``prompt``, pinned; all of it when ``whole`` (for a prompt that is
+        only encoded, not continued), else at most all but its last token."""
+        best, best_length = self._longest(tuple(prompt), len(prompt) if whole else len(prompt) - 1)
         self.stats["rows"] += 1
         if best is None:
             return NO_REUSE
@@ -431,6 +530,19 @@ class PrefixCache:
         self.stats["hits"] += 1
         self.stats["reused_tokens"] += best_length
         return Reuse(best, best_length)
+
+    def covered(self, prompt: Sequence[int]) -> int:
+        """How many first tokens of ``prompt`` an entry holds (nothing is pinned or counted)."""
+        return self._longest(tuple(prompt), len(prompt))[1]
+
+    def _longest(self, key: tuple[int, ...], limit: int) -> tuple[_Entry | None, int]:
+        best: _Entry | None = None
+        best_length = 0
+        for entry in reversed(self._entries.values()):  # most recent first: a continuation is usually there
+            length = _common_prefix_length(key, entry.tokens, limit, best_length)
+            if length > best_length:
+                best, best_length = entry, length
+        return best, best_length
 
     def release(self, entry: _Entry | None) -> None:
         if entry is not None and entry.pins > 0:
@@ -460,6 +572,33 @@ class PrefixCache:
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.tokens -= len(self._entries.pop(key).tokens)
+
+
+# Finished rows leave the batch once they are at least 1 / COMPACT_SHARE of it (each compaction copies the
+# cache of the rows that stay, about the cost of one decoding step's cache append).
+COMPACT_SHARE = 4
+SHARED_PREFIX_MIN_TOKENS = 32  # shorter shared prefixes are not worth a forward pass of their own
+
+
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int) -> list[tuple[int, ...]]:
+    """The prefixes of at least ``min_tokens`` tokens that two or more of ``prompts`` share, shortest
+    first: the longest common prefix of each pair of neighbours in sorted order (every pair's longest
+    common prefix is one of them or a prefix of one), at most all but the last token of the shorter prompt
+    (its logits must still be computed)."""
+    ordered = sorted({tuple(p) for p in prompts})
+    counts: dict[tuple[int, ...], int] = {}
+    for p in prompts:
+        counts[tuple(p)] = counts.get(tuple(p), 0) + 1
+    found: set[tuple[int, ...]] = set()
+    for p, n in counts.items():
+        if n > 1 and len(p) - 1 >= min_tokens:
+            found.add(p[:-1])  # the same prompt more than once
+    for a, b in itertools.pairwise(ordered):
+        limit = min(len(a), len(b)) - 1
+        length = _common_prefix_length(a, b, limit, 0)
+        if length >= min_tokens:
+            found.add(a[:length])
+    return sorted(found, key=lambda p: (len(p), p))
 
 
 def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...], limit: int, floor: int) -> int:
@@ -515,9 +654,9 @@ def _check_batch_cache(cache: Any, rows: int, seen: int) -> str:
     return ""
 
 
-def _cache_with_past(model: PreTrainedModel, reuse: list[Reuse], past: int) -> Any:
-    """A dynamic cache holding, per layer, row b's reused keys/values right-aligned in ``past`` positions."""
-    cache = _new_cache(model)
+def _fill_past(cache: Any, reuse: list[Reuse], past: int) -> None:
+    """Fill an empty cache with, per layer, row b's reused keys/values right-aligned in ``past`` positions
+    (zeros before them: masked padding)."""
     sample = next(r.entry.kv for r in reuse if r.entry is not None)
     layers, _, heads, _, dim = sample.shape
     for i in range(layers):  # one layer at a time: the padded copy is transient
@@ -526,7 +665,79 @@ def _cache_with_past(model: PreTrainedModel, reuse: list[Reuse], past: int) -> A
             if r.entry is not None and r.length:
                 kv[:, b, :, past - r.length :] = r.entry.kv[i, :, :, : r.length]
         cache.update(kv[0], kv[1], i)
-    return cache
+
+
+@functools.cache
+def _growing_layer_class() -> type:
+    """:class:`GrowingLayer` (defined on first use: this module imports transformers lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose keys and values are views of buffers with room for ``capacity`` positions.
+
+        ``DynamicLayer.update`` concatenates: every decoding step copies the whole cache of every layer (a
+        quarter of the CPU time of a batch of 32 at 64 new tokens, measured with the torch profiler). Here
+        ``update`` writes the new positions in place and the buffers double when full. ``keys``/``values``
+        are always the filled part ``[batch, heads, :length, dim]``, so what reads a ``DynamicLayer`` reads
+        this one alike.
+        """
+
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity = max(1, capacity)
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+            self._length = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.device = key_states.device
+                self.is_initialized = True
+            end = self._length + key_states.shape[-2]
+            if self._buffers is None or end > self._buffers[0].shape[-2]:
+                self._reserve(key_states, value_states, max(end, self.capacity, 2 * self._length))
+            keys, values = self._buffers
+            keys[:, :, self._length : end].copy_(key_states)
+            values[:, :, self._length : end].copy_(value_states)
+            self._length = end
+            self.keys, self.values = keys[:, :, :end], values[:, :, :end]
+            return self.keys, self.values
+
+        def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, room: int) -> None:
+            def buffer(states: torch.Tensor, old: torch.Tensor | None) -> torch.Tensor:
+                batch, heads, _, dim = states.shape
+                new = states.new_empty((batch, heads, room, dim))
+                if old is not None and self._length:
+                    new[:, :, : self._length].copy_(old[:, :, : self._length])
+                return new
+
+            old = self._buffers or (None, None)
+            self._buffers = (buffer(key_states, old[0]), buffer(value_states, old[1]))
+
+        def get_seq_length(self) -> int:
+            return self._length
+
+        def reset(self) -> None:
+            self._buffers, self._length = None, 0
+            super().reset()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:
+                raise ValueError("crop takes the negative number of positions to remove")
+            if tokens_to_remove and self._buffers is not None:
+                self._length = max(0, self._length + tokens_to_remove)
+                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._buffers is not None:
+                self._buffers = tuple(b[indices] for b in self._buffers)  # type: ignore[assignment]
+                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self._buffers is not None:
+                self._buffers = tuple(b.repeat_interleave(repeats, dim=0) for b in self._buffers)  # type: ignore[assignment]
+                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
+
+    return GrowingLayer
 
 
 def _weights_fingerprint(model: PreTrainedModel) -> tuple[Any, Any]:
@@ -549,14 +760,22 @@ def _same_fingerprint(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
     return a[0] == b[0] and a[1].shape == b[1].shape and bool(torch.equal(a[1], b[1]))
 
 
-def _new_cache(model: PreTrainedModel) -> Any:
-    """An empty dynamic key/value cache, filled in place by each forward pass."""
+def _new_cache(model: PreTrainedModel, capacity: int | None = None) -> Any:
+    """An empty dynamic key/value cache, filled in place by each forward pass; with ``capacity``, its layers
+    are ``GrowingLayer`` s (:func:`_growing_layer_class`) with room for that many positions (only for a
+    cache of plain ``DynamicLayer`` s: the caller checks with :func:`_why_no_prefix_cache`)."""
     from transformers import DynamicCache
 
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers: no config argument
-        return DynamicCache()
+        cache = DynamicCache()
+    if capacity is not None:
+        if cache.layers:
+            cache.layers = [_growing_layer_class()(capacity) for _ in cache.layers]
+        else:
+            cache.layer_class_to_replicate = functools.partial(_growing_layer_class(), capacity)
+    return cache
 
 
 def _pick_device(device: str) -> str:

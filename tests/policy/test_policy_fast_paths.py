@@ -1,0 +1,149 @@
+"""The fast paths of TransformersPolicy give the results of the plain ones.
+
+- Preallocated cache layers (``GrowingLayer``) against transformers' own concatenating ``DynamicLayer``.
+- Finished rows leaving the batch (compaction) against generating each row alone.
+- Prefixes shared inside one call, encoded once, against no prefix cache at all.
+- Inverse-transform sampling: the frequencies of the distribution it samples from, never a filtered token,
+  one seed one token whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from spade_rl.policy import SamplingSettings, TransformersConfig
+from spade_rl.policy.transformers_backend import (
+    SHARED_PREFIX_MIN_TOKENS,
+    TransformersPolicy,
+    _new_cache,
+    choose_tokens,
+    shared_prefixes,
+)
+
+STOPS = tuple(range(3, 49152, 5))  # every 5th id ends a completion: rows finish at different steps
+
+
+def random_tokens(rng: random.Random, count: int) -> list[int]:
+    return [rng.randrange(1000, 40000) for _ in range(count)]
+
+
+def assert_same(a: list[Any], b: list[Any], atol: float = 1e-4) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.prompt_token_ids == y.prompt_token_ids
+        assert x.completion_token_ids == y.completion_token_ids
+        assert x.finish_reason == y.finish_reason
+        assert x.text == y.text
+        assert torch.allclose(
+            torch.tensor(x.completion_logprobs), torch.tensor(y.completion_logprobs), atol=atol
+        )
+
+
+def plain_policy(tiny: tuple[Any, Any], **config: Any) -> TransformersPolicy:
+    """No prefix cache, no preallocation, no compaction: transformers' DynamicCache step by step."""
+    model, tokenizer = tiny
+    policy = TransformersPolicy(model, tokenizer, TransformersConfig(prefix_cache_tokens=0, **config))
+    policy._preallocate = False
+    return policy
+
+
+def test_growing_layers_hold_what_dynamic_layers_hold(tiny: tuple[Any, Any]) -> None:
+    model, _ = tiny
+    ids = torch.tensor([random_tokens(random.Random(1), 9), random_tokens(random.Random(2), 9)])
+    grown, plain = _new_cache(model, capacity=4), _new_cache(model)  # capacity 4: it must grow twice
+    with torch.no_grad():
+        for cache in (grown, plain):
+            model(input_ids=ids[:, :5], use_cache=True, cache=cache)
+            for t in range(5, 9):
+                model(input_ids=ids[:, t : t + 1], use_cache=True, cache=cache)
+    assert type(grown.layers[0]).__name__ == "GrowingLayer"
+    assert grown.get_seq_length() == plain.get_seq_length() == 9
+    for a, b in zip(grown.layers, plain.layers, strict=True):
+        assert a.keys.shape == b.keys.shape == (2, a.keys.shape[1], 9, a.keys.shape[3])
+        assert torch.allclose(a.keys, b.keys, atol=1e-6) and torch.allclose(a.values, b.values, atol=1e-6)
+    grown.layers[0].batch_select_indices(torch.tensor([1]))
+    assert torch.allclose(grown.layers[0].keys[0], plain.layers[0].keys[1], atol=1e-6)
+    grown.layers[1].crop(-3)
+    assert grown.layers[1].get_seq_length() == 6 and grown.layers[1].keys.shape[2] == 6
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_compacted_batches_equal_rows_generated_alone(tiny: tuple[Any, Any], temperature: float) -> None:
+    model, tokenizer = tiny
+    fast = TransformersPolicy(model, tokenizer, TransformersConfig(prefix_cache_tokens=0))
+    assert fast._preallocate
+    plain = plain_policy(tiny)
+    rng = random.Random(4)
+    prompts = [random_tokens(rng, n) for n in (3, 17, 8, 30, 5, 12, 21, 9)]
+    settings = SamplingSettings(max_new_tokens=9, temperature=temperature, seed=3, stop_token_ids=STOPS)
+    together = fast.generate_tokens(prompts, settings)
+    # Rows finished at different steps, so the batch was compacted while others still generated.
+    lengths = {len(g.completion_token_ids) for g in together}
+    assert len(lengths) > 2 and {g.finish_reason for g in together} == {"stop", "length"}
+    alone = [plain.generate_tokens([p], settings)[0] for p in prompts]
+    # Sample i of a call has seed derive_seed(seed, i): alone, each row is sample 0, so compare seeds alike.
+    if temperature == 0:
+        assert_same(together, alone)
+    assert_same(together, plain.generate_tokens(prompts, settings))
+
+
+def test_shared_prefixes_are_the_common_starts_of_neighbours() -> None:
+    m = 4
+    system = tuple(range(100, 110))
+    a, b, c = (*system, 1, 2, 3), (*system, 1, 2, 9), (*system, 7)
+    other = (50, 51, 52, 53, 54, 55)
+    found = shared_prefixes([a, b, c, other, other], m)
+    assert found == [other[:-1], system, (*system, 1, 2)]
+    assert shared_prefixes([a, other], m) == []
+    assert shared_prefixes([(1, 2, 3), (1, 2, 3)], m) == []  # shorter than min_tokens
+    # A prompt that is a prefix of another: all but its last token (its logits must still come).
+    assert shared_prefixes([system, (*system, 5, 6)], m) == [system[:-1]]
+
+
+def test_prefixes_shared_in_one_call_are_encoded_once_with_the_same_results(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    cached = TransformersPolicy(model, tokenizer, TransformersConfig(prefix_cache_tokens=4096, batch_size=3))
+    plain = plain_policy(tiny, batch_size=3)
+    rng = random.Random(9)
+    system = random_tokens(rng, SHARED_PREFIX_MIN_TOKENS + 8)
+    group = system + random_tokens(rng, SHARED_PREFIX_MIN_TOKENS)
+    prompts = [
+        system + random_tokens(rng, 5),
+        group + random_tokens(rng, 3),
+        group + random_tokens(rng, 7),
+        system + random_tokens(rng, 11),
+        random_tokens(rng, 40),  # shares nothing
+        group + random_tokens(rng, 2),
+    ]
+    settings = SamplingSettings(max_new_tokens=6, temperature=0.7, seed=11, n=2, stop_token_ids=STOPS)
+    before = dict(cached.prefix_cache.stats)
+    assert_same(cached.generate_tokens(prompts, settings), plain.generate_tokens(prompts, settings))
+    rows = len(prompts) * settings.n
+    assert cached.prefix_cache.stats["rows"] - before["rows"] >= rows
+    reused = cached.prefix_cache.stats["reused_tokens"] - before["reused_tokens"]
+    # Every row but the unrelated one's two samples reused at least the system prompt; the n = 2 samples of
+    # each prompt share all of it but its last token.
+    assert reused >= sum(len(p) - 1 for p in prompts[:4] + prompts[5:]) * 2
+    # The shared prefixes stay cached for the next call (the system prompt, the group's prompt).
+    assert cached.prefix_cache.covered(group) == len(group)
+
+
+def test_inverse_transform_sampling_draws_from_the_filtered_distribution() -> None:
+    logits = torch.tensor([[2.0, 0.0, 1.0, -1.0, 0.5]]).repeat(4000, 1)
+    settings = SamplingSettings(max_new_tokens=1, temperature=1.0, top_k=4)
+    generators = [torch.Generator().manual_seed(i) for i in range(len(logits))]
+    chosen, logp = choose_tokens(logits, settings, generators)
+    assert 3 not in chosen.tolist()  # filtered out by top-k: never drawn
+    expected = torch.softmax(torch.tensor([2.0, 0.0, 1.0, float("-inf"), 0.5]), dim=-1)
+    counts = torch.bincount(chosen, minlength=5).double() / len(chosen)
+    assert torch.allclose(counts, expected.double(), atol=0.03)
+    assert torch.allclose(logp, expected.log()[chosen].float(), atol=1e-5)
+    # The token of a row depends on its own generator only.
+    again, _ = choose_tokens(
+        logits[:7].flip(0), settings, [torch.Generator().manual_seed(i) for i in range(7)][::-1]
+    )
+    assert again.flip(0).tolist() == chosen[:7].tolist()
