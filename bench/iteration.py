@@ -96,6 +96,8 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
             timers.wrap(run.executor, "validate_many", "validate")
             timers.wrap(run.updater, "update", "update")
             update_tokens = count_update_tokens(run.updater)
+            cache = getattr(run.policy, "prefix_cache", None)
+            cache_before = dict(cache.stats) if cache is not None else {}
             generated = count_generated_tokens(policies.values(), timers)
             timers.wrap(run, "_checkpoint", "checkpoint")
             run._play = timers.during("play", run._play)
@@ -133,6 +135,7 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
         "peak_rss_mib_after_setup": rss_setup,
         "peak_rss_mib": peak_rss_mib(),
         "peak_rss_mib_children": peak_rss_mib(resource.RUSAGE_CHILDREN),  # the largest finished child
+        "prefix_cache": {k: v - cache_before[k] for k, v in cache.stats.items()} if cache is not None else {},
         "update_rows": update_tokens["rows"],
         "update_tokens": update_tokens["tokens"],
         "update_trained_tokens": update_tokens["trained"],
@@ -302,6 +305,10 @@ def main(argv: list[str]) -> int:
             if gen.get(f"{phase}/rows"):
                 rows, prompt, new = (gen[f"{phase}/{k}"] for k in ("rows", "prompt_tokens", "new_tokens"))
                 print(f"{phase} generation: {rows} rows, {prompt} prompt tokens, {new} new tokens")
+        if it["prefix_cache"]:
+            pc = it["prefix_cache"]
+            print(f"prefix cache: {pc['hits']} of {pc['rows']} rows reused a prefix, {pc['reused_tokens']} "
+                  f"tokens not encoded again")  # fmt: skip
         if it["update_tokens"]:
             # 6 FLOP per parameter and token for a forward and a backward pass (2 + 4).
             rate = 6 * it["parameters"] * it["update_tokens"] / it["phases_s"]["update"] / 1e9

@@ -206,7 +206,7 @@ def test_sample_validation(change, message):
         ({"lora_target_modules": ()}, "lora_target_modules"),
         ({"lora_target_modules": ("q_proj", "lm_head")}, "lm_head"),
         ({"use_lora": "yes"}, "use_lora"),
-        ({"bf16": "auto"}, "bf16"),
+        ({"bf16": "always"}, "bf16"),
         ({"output_dir": ""}, "output_dir"),
         ({"report_to": "tensorboard"}, "output_dir must be set"),
     ],

@@ -147,3 +147,67 @@ def test_inverse_transform_sampling_draws_from_the_filtered_distribution() -> No
         logits[:7].flip(0), settings, [torch.Generator().manual_seed(i) for i in range(7)][::-1]
     )
     assert again.flip(0).tolist() == chosen[:7].tolist()
+
+
+def test_bfloat16_autocast_reports_the_logprobs_of_what_it_sampled(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    fast = TransformersPolicy(
+        model, tokenizer, TransformersConfig(autocast="bfloat16", prefix_cache_tokens=4096)
+    )
+    assert fast.autocast_dtype is torch.bfloat16
+    rng = random.Random(2)
+    prompts = [random_tokens(rng, n) for n in (6, 14, 9)]
+    settings = SamplingSettings(max_new_tokens=8, temperature=0.8, seed=1)
+    generations = fast.generate_tokens(prompts, settings)
+    head = model.get_output_embeddings()
+    assert "forward" not in head.__dict__  # the float32 head was put back
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the weights stay float32
+    # The cache holds bfloat16 keys and values: half the memory of float32.
+    assert {e.kv.dtype for e in fast.prefix_cache._entries.values()} == {torch.bfloat16}
+    for g in generations:
+        ids = torch.tensor([list(g.prompt_token_ids) + list(g.completion_token_ids)])
+        n = len(g.completion_token_ids)
+        with torch.no_grad():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                hidden = model.model(input_ids=ids).last_hidden_state
+            logits = head(hidden.float())[0, -n - 1 : -1] / settings.temperature
+            float32 = model(input_ids=ids).logits[0, -n - 1 : -1] / settings.temperature
+        chosen = torch.tensor(g.completion_token_ids)[:, None]
+        reported = torch.tensor(g.completion_logprobs)
+        bf16 = torch.log_softmax(logits, -1).gather(-1, chosen).squeeze(-1)
+        # The same precision, another layout (batched, keys/values cached in bfloat16): rounding apart.
+        assert torch.allclose(reported, bf16, atol=0.1) and (reported - bf16).abs().mean() < 3e-2
+        fp32 = torch.log_softmax(float32, -1).gather(-1, chosen).squeeze(-1)
+        assert (reported - fp32).abs().mean() < 5e-2
+
+
+def test_autocast_settings(tiny: tuple[Any, Any]) -> None:
+    from spade_rl.policy.models import cpu_has_fast_bf16
+
+    model, tokenizer = tiny
+    assert TransformersPolicy(model, tokenizer).autocast_dtype is None  # the library default: float32
+    auto = TransformersPolicy(model, tokenizer, TransformersConfig(autocast="auto"))
+    assert auto.autocast_dtype is (torch.bfloat16 if cpu_has_fast_bf16() else None)
+    with pytest.raises(ValueError, match="transformers autocast 'fp8' is not allowed"):
+        TransformersConfig(autocast="fp8")
+    # "auto" with frozen weights (LoRA's base model) computes in float32: autocast would cast them per pass.
+    auto.autocast_dtype = torch.bfloat16
+    model.lm_head.weight.requires_grad_(False)
+    try:
+        with auto._computing():
+            assert auto._call_dtype is None and not torch.is_autocast_enabled("cpu")
+    finally:
+        model.lm_head.weight.requires_grad_(True)
+    with auto._computing():
+        assert auto._call_dtype is torch.bfloat16 and torch.is_autocast_enabled("cpu")
+
+
+def test_train_bf16_auto_follows_the_cpu() -> None:
+    from spade_rl.policy.models import cpu_has_fast_bf16
+    from spade_rl.train import TrainConfig
+    from spade_rl.train.updater import resolve_bf16
+
+    assert resolve_bf16("auto", on_gpu=False) is cpu_has_fast_bf16()
+    assert resolve_bf16(None, on_gpu=False) is False and resolve_bf16(True, on_gpu=False) is True
+    with pytest.raises(ValueError, match="train bf16 must be None"):
+        TrainConfig(bf16="yes")  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from spade_rl.envs import reference
 from spade_rl.executor.config import ExecutorConfig
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.warmup import WarmupConfig
-from spade_rl.policy import PolicyConfig
+from spade_rl.policy import PolicyConfig, TransformersConfig
 from spade_rl.rewards import DesignerRewardConfig
 from spade_rl.rollout import RolloutConfig
 from spade_rl.sandbox import SandboxConfig
@@ -269,6 +269,11 @@ def _default_pool() -> PoolConfig:
     )
 
 
+def _default_policy() -> PolicyConfig:
+    # Generation in bfloat16 where the CPU multiplies it natively (3x faster prefill), float32 elsewhere.
+    return PolicyConfig(transformers=TransformersConfig(autocast="auto"))
+
+
 def _default_train() -> TrainConfig:
     # Groups of 4 (K plays, or the designs of one iteration); 7 blocks: the designer and six environments.
     return TrainConfig(
@@ -277,13 +282,14 @@ def _default_train() -> TrainConfig:
         per_device_train_batch_size=1,  # a row per pass: no padding, no L x L attention matrix
         gradient_accumulation_steps=28,
         temperature=0.6,
+        bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
     )
 
 
 @dataclass(frozen=True)
 class RunConfig:
     loop: LoopConfig = field(default_factory=_default_loop)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: PolicyConfig = field(default_factory=_default_policy)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     design: DesignPhaseConfig = field(default_factory=_default_design)

@@ -23,6 +23,7 @@ from it when offline), and so does any local folder that ``from_pretrained`` can
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -216,6 +217,22 @@ def torch_dtype_for(dtype: str, device: str) -> Any:
     if str(device).startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX, as Linux reports them)
+    and torch's oneDNN kernels use them: there bfloat16 products run about 4x float32 (835 vs 189 GFLOP/s
+    for 1024 x 1024 on a 2-core AMD EPYC, measured); elsewhere they are emulated and slower."""
+    import torch
+
+    try:
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return False
+        flags = Path("/proc/cpuinfo").read_text(errors="replace").split()
+    except (OSError, RuntimeError, AttributeError):
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 # --- the converted cache ---------------------------------------------------------------------------------

@@ -50,7 +50,9 @@ class TrainConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_target_modules: tuple[str, ...] = ("all-linear",)
-    bf16: bool | None = None  # None: bf16 autocast when the model is on a GPU that supports it, else fp32
+    # None: bf16 autocast when the model is on a GPU that supports it, else fp32; "auto": also on a CPU
+    # with native bf16 products (AVX512-BF16 or AMX: the CPU default's update 1.5x faster, measured)
+    bf16: bool | str | None = None
     gradient_checkpointing: bool | None = None  # None: on for a GPU, off on the CPU
     # bookkeeping
     seed: int = 0
@@ -83,9 +85,13 @@ class TrainConfig:
         for name in ("use_lora",):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"train {name} must be True or False, got {getattr(self, name)!r}")
-        for name in ("bf16", "gradient_checkpointing"):
-            if getattr(self, name) not in (None, True, False):
-                raise ValueError(f"train {name} must be None (automatic), True or False")
+        if not (self.bf16 is None or isinstance(self.bf16, bool) or self.bf16 == "auto"):
+            raise ValueError(
+                f"train bf16 must be None (on a GPU that supports it), 'auto' (also on a CPU with native "
+                f"bf16 products), True or False, got {self.bf16!r}"
+            )
+        if self.gradient_checkpointing not in (None, True, False):
+            raise ValueError("train gradient_checkpointing must be None (automatic), True or False")
         if self.rows_per_update % self.num_generations:
             raise ValueError(
                 f"train per_device_train_batch_size * gradient_accumulation_steps "

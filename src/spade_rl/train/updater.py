@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from spade_rl.policy.models import quiet_progress
+from spade_rl.policy.models import cpu_has_fast_bf16, quiet_progress
 from spade_rl.train.config import TrainConfig
 from spade_rl.train.samples import Batch, Sample, assemble_batch
 
@@ -100,6 +100,16 @@ def designer_advantage(prompts: list, completions: list, role: list[str], advant
 def agent_advantage(prompts: list, completions: list, role: list[str], advantage: list[float], **_: Any):
     """Reward function of the agent rows: their precomputed advantage; None for designer rows."""
     return [a if r == "agent" else None for r, a in zip(role, advantage, strict=True)]
+
+
+def resolve_bf16(setting: bool | str | None, on_gpu: bool) -> bool:
+    """``TrainConfig.bf16`` for a model on a GPU or not: None means a GPU that supports bf16, "auto" that
+    or a CPU with native bf16 products."""
+    if isinstance(setting, bool):
+        return setting
+    if on_gpu:
+        return torch.cuda.is_bf16_supported()
+    return setting == "auto" and cpu_has_fast_bf16()
 
 
 class SampleServingGRPOTrainer(GRPOTrainer):
@@ -399,7 +409,7 @@ class GRPOUpdater:
                 first.dtype,
                 cfg.learning_rate,
             )
-        bf16 = cfg.bf16 if cfg.bf16 is not None else on_gpu and torch.cuda.is_bf16_supported()
+        bf16 = resolve_bf16(cfg.bf16, on_gpu)
         checkpointing = cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else on_gpu
         # Full fine-tuning with a KL term: TRL would reload the reference from the model's hub id or folder;
         # an in-memory copy taken now works for any model (and is what that reload would give at step 0).
