@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import subprocess
@@ -509,6 +510,36 @@ def test_length_sorted_trimmed_micro_batches_give_trl_s_update(make_updater, mon
     assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
     # float rounding only (padding changes the attention kernel's sums); a row lost or counted twice: ~1
     assert relative_difference(ours.model, trl_path.model, before) < 1e-3
+
+
+def test_scoring_only_the_completion_gives_the_update_of_scoring_every_position(make_updater, monkeypatch):
+    """The output head on the completion's positions only (what TRL does on Triton devices) against TRL's
+    CPU path, every position of the sequence: the same loss, gradient norm, metrics and weights."""
+    import trl.trainer.utils as trl_utils
+
+    from spade_rl.train import updater as updater_module
+
+    scored = []
+    original = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden, *args):
+        scored.append(hidden.shape[0])
+        return original(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
+    compact = make_updater(gradient_accumulation_steps=3)
+    before = weights(compact.model)
+    one = compact.update(mixed_length_samples())
+    compact_positions = sum(scored)
+    scored.clear()
+    monkeypatch.setattr(updater_module, "_score_completions_only", contextlib.nullcontext)
+    every = make_updater(gradient_accumulation_steps=3)
+    two = every.update(mixed_length_samples())
+    assert compact_positions < sum(scored)  # fewer positions through the head
+    assert one["train/loss"] == pytest.approx(two["train/loss"], rel=1e-5, abs=1e-7)
+    assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
+    assert one["train/entropy"] == pytest.approx(two["train/entropy"], rel=1e-5)
+    assert relative_difference(compact.model, every.model, before) < 1e-3
 
 
 def test_split_by_length_and_trim_padding():

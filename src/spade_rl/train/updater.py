@@ -92,6 +92,29 @@ def _quiet_dependency_warnings() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _score_completions_only() -> Iterator[None]:
+    """TRL 1.16's fused log-prob head projects, on a device without Triton, every position of every row
+    through the output head (its comment: so that tile shapes do not change and recompile on Neuron), the
+    prompt's too, though only the completion's are read; on Triton devices only the labelled positions
+    (the completion). Here the head takes the labelled positions everywhere: the loss and the gradient are
+    the same (the prompt's values were masked to 0), and the CPU default's update skips the output head
+    on about 60% of its positions (each a 576 x 49152 projection and its softmax statistics, forward and
+    backward). The name patched is the one ``trl.trainer.utils`` reads for that decision only; the kernels
+    still choose Triton or torch by their own."""
+    import trl.trainer.utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:  # another TRL: leave it as it is
+        yield
+        return
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
 def designer_advantage(prompts: list, completions: list, role: list[str], advantage: list[float], **_: Any):
     """Reward function of the designer rows: their precomputed advantage; None for agent rows."""
     return [a if r == "designer" else None for r, a in zip(role, advantage, strict=True)]
@@ -281,7 +304,7 @@ class GRPOUpdater:
         self._pending = batch
         loss = 0.0
         try:
-            with _quiet_dependency_warnings():
+            with _quiet_dependency_warnings(), _score_completions_only():
                 for i in range(micro_steps):
                     last = i == micro_steps - 1
                     trainer.accelerator.gradient_state._set_sync_gradients(last)
