@@ -211,3 +211,27 @@ def test_train_bf16_auto_follows_the_cpu() -> None:
     assert resolve_bf16(None, on_gpu=False) is False and resolve_bf16(True, on_gpu=False) is True
     with pytest.raises(ValueError, match="train bf16 must be None"):
         TrainConfig(bf16="yes")  # type: ignore[arg-type]
+
+
+def test_a_forward_wrapped_in_autocast_keeps_the_prefix_cache(tiny: tuple[Any, Any]) -> None:
+    """accelerate wraps the forward of a model trained with bf16 in autocast: keys come out in float32 and
+    values in bfloat16. The cache keeps both in bfloat16 and stays on."""
+    import copy
+
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    forward = model.forward
+
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    model.forward = autocast_forward
+    policy = TransformersPolicy(model, tokenizer, TransformersConfig(prefix_cache_tokens=4096))
+    rng = random.Random(6)
+    prompts = [random_tokens(rng, 40), random_tokens(rng, 12)]
+    settings = SamplingSettings(max_new_tokens=5, temperature=0.7, seed=2, n=2)
+    first = policy.generate_tokens(prompts, settings)
+    grown = [list(g.prompt_token_ids) + list(g.completion_token_ids) + [7000] for g in first[::2]]
+    policy.generate_tokens(grown, settings)
+    assert policy.prefix_cache is not None and policy.prefix_cache.stats["hits"] > 0
+    assert {e.kv.dtype for e in policy.prefix_cache._entries.values()} == {torch.bfloat16}

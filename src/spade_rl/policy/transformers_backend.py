@@ -163,7 +163,8 @@ class TransformersPolicy(Policy):
         try:
             if prefix is not None:
                 self._prefill_shared([prompt for prompt, _ in rows])
-            reuse = [prefix.lookup(prompt) if prefix else NO_REUSE for prompt, _ in rows]
+                prefix = self.prefix_cache  # None if a cache it could not read turned it off
+            reuse = [prefix.lookup(prompt) if prefix is not None else NO_REUSE for prompt, _ in rows]
             # Rows that reuse a cached prefix go together (they prefill little), then the others; within each,
             # similar lengths share a forward pass (less padding). Results go back to their rows after.
             order = sorted(range(len(rows)), key=lambda r: (reuse[r].length == 0, -len(rows[r][0])))
@@ -275,8 +276,10 @@ class TransformersPolicy(Policy):
 
         Autocast casts a weight once per context and reuses the copy only for parameters that require
         gradients, and never under ``inference_mode``: ``no_grad`` here (under ``inference_mode`` a
-        forward pass of the default model took 104 ms against 26 ms, and 57 ms in float32). With frozen
-        weights (LoRA's base model) every pass would cast them again: "auto" computes in float32 then."""
+        forward pass of the default model took 104 ms against 26 ms, and 57 ms in float32), also without
+        autocast of ours, since a model trained with ``train.bf16`` has its forward wrapped in autocast by
+        accelerate. With frozen weights (LoRA's base model) every pass would cast them again: "auto"
+        computes in float32 then."""
         import torch
 
         dtype = self.autocast_dtype
@@ -285,7 +288,7 @@ class TransformersPolicy(Policy):
                 dtype = None
         self._call_dtype = dtype  # what this call's key/value caches hold (None: as computed)
         if dtype is None:
-            with torch.inference_mode():
+            with torch.no_grad():
                 yield
             return
         device = self.device.type
@@ -363,7 +366,8 @@ class TransformersPolicy(Policy):
         """Encode ``prompts`` (reusing what the prefix cache holds) and keep their keys/values there."""
 
         prefix = self.prefix_cache
-        assert prefix is not None
+        if prefix is None:  # turned off by a cache it could not read (logged)
+            return
         prompts = [p for p in prompts if prefix.covered(p) < len(p)]
         if not prompts:
             return
@@ -735,10 +739,12 @@ def _growing_layer_class() -> type:
             self._length = 0
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-            if self.dtype is not None:
-                # Under bfloat16 autocast keys arrive in float32 (rotary embeddings promote them) and values
-                # in bfloat16; attention computes in bfloat16 all the same.
-                key_states, value_states = key_states.to(self.dtype), value_states.to(self.dtype)
+            # Under bfloat16 autocast (ours, or accelerate's around a model trained with bf16) keys arrive in
+            # float32 (rotary embeddings promote them) and values in bfloat16; attention computes in bfloat16
+            # all the same, so both are kept in it.
+            dtype = self.dtype or (value_states.dtype if key_states.dtype != value_states.dtype else None)
+            if dtype is not None:
+                key_states, value_states = key_states.to(dtype), value_states.to(dtype)
             if not self.is_initialized:
                 self.device = key_states.device
                 self.is_initialized = True
