@@ -283,6 +283,7 @@ def _default_train() -> TrainConfig:
         gradient_accumulation_steps=28,
         temperature=0.6,
         bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
+        checkpoint_rows_longer_than=256,  # long rows: a 600-token one would hold 1.4 GB of activations
     )
 
 

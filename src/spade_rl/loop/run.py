@@ -56,6 +56,7 @@ from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_co
 from spade_rl.loop.designing import DesignOutcome, design_environments
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.warmup import warm_up
+from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.rewards import (
     centred_advantages,
@@ -200,7 +201,9 @@ class SelfPlay:
                 # The weights are about to change: the cached keys/values would be stale after the update,
                 # and emptied now they leave their memory (up to 1.4 GiB on the CPU default) to it.
                 clear()
+            release_unused_memory()  # what play freed goes back before the update allocates its own
             metrics.update(self.updater.update(samples))
+            release_unused_memory()
         else:
             metrics["train/skipped"] = 1.0
         metrics["time/update_s"] = time.perf_counter() - t

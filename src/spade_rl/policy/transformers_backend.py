@@ -45,6 +45,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from spade_rl.memory import release_unused_memory
 from spade_rl.policy.base import (
     Generation,
     Policy,
@@ -181,6 +182,7 @@ class TransformersPolicy(Policy):
             self.model.train(was_training)
             if prefix is not None:
                 prefix.unpin_all()
+            release_unused_memory()  # the batch caches, freed in pieces of every size (spade_rl.memory)
         seconds = time.perf_counter() - started
         log.debug(
             "generated %d sequences, %d tokens in %.2f s (seed %d); %d prompt tokens from the prefix cache",
@@ -395,6 +397,12 @@ class TransformersPolicy(Policy):
         cache = _new_cache(self.model, capacity if self._preallocate else None, self._call_dtype)
         if past:
             _fill_past(cache, reuse, past)
+            if self.prefix_cache is not None:
+                # An entry that only this row reads and that its longer sequence will replace is now in the
+                # batch cache: dropped at once, the call does not hold two copies of every conversation.
+                for r in reuse:
+                    if r.entry is not None and r.entry.pins == 1 and r.length == len(r.entry.tokens):
+                        self.prefix_cache.discard(r.entry)
         return cache
 
     def _remember(
@@ -618,6 +626,11 @@ class PrefixCache:
         self._entries[tokens] = _Entry(tokens, kv)
         self.tokens += len(tokens)
         return True
+
+    def discard(self, entry: _Entry) -> None:
+        """Forget ``entry`` now (its reader holds a copy of what it needs)."""
+        if self._entries.get(entry.tokens) is entry:
+            self._drop(entry.tokens)
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.tokens -= len(self._entries.pop(key).tokens)

@@ -140,6 +140,9 @@ class SampleServingGRPOTrainer(GRPOTrainer):
 
     use_sampling_logprobs: bool = True
     last_advantages: torch.Tensor | None = None  # this process's rows, in batch order (before the shuffle)
+    # Micro-batches wider than this are computed with activation checkpointing (0: as configured for all).
+    checkpoint_longer_than: int = 0
+    _checkpointed_layers: tuple = ()
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -166,7 +169,12 @@ class SampleServingGRPOTrainer(GRPOTrainer):
         if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
             self._buffered_inputs = [trim_padding(b) for b in split_by_length(batch, steps)]
-        return self._buffered_inputs[self._step % steps]
+        micro = self._buffered_inputs[self._step % steps]
+        if self.checkpoint_longer_than:
+            width = micro["prompt_ids"].shape[1] + micro["completion_ids"].shape[1]
+            for layer in self._checkpointed_layers:
+                layer.gradient_checkpointing = width > self.checkpoint_longer_than
+        return micro
 
 
 _PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -522,6 +530,16 @@ class GRPOUpdater:
         if args.activation_checkpointing:
             kwargs = dict(args.activation_checkpointing_kwargs or {}) or None
             trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        elif self.config.checkpoint_rows_longer_than:
+            # Installed once, then switched per micro-batch by its width (SampleServingGRPOTrainer).
+            trainer.model.activation_checkpointing_enable()
+            from transformers.modeling_layers import GradientCheckpointingLayer
+
+            layers = [m for m in trainer.model.modules() if isinstance(m, GradientCheckpointingLayer)]
+            for layer in layers:
+                layer.gradient_checkpointing = False
+            trainer._checkpointed_layers = layers
+            trainer.checkpoint_longer_than = self.config.checkpoint_rows_longer_than
         max_steps = args.max_steps
         trainer._init_training_state(max_steps, max_steps, 1, None, None)
         wrapped, _ = trainer._prepare_for_training(max_steps, None, None)
