@@ -42,7 +42,8 @@ class TransformersConfig:
     sequences kept between calls, so that a conversation that grows turn by turn only encodes its new tokens
     (0 turns it off; least recently used entries are dropped first). One token costs
     2 x layers x kv_heads x head_dim x bytes: 45 KiB for the default model (30 x 3 x 64, float32), so the
-    default 32768 tokens hold at most 1.4 GiB; 147 KiB for an 8B model like Qwen3-8B in bfloat16 (4.5 GiB).
+    default 32768 tokens hold at most 1.4 GiB (half under bfloat16 autocast, which caches keys and values in
+    bfloat16); 147 KiB for an 8B model like Qwen3-8B in bfloat16 (4.5 GiB).
 
     ``autocast`` is the precision generation computes in when the weights are float32: "bfloat16" runs the
     model's matrix products under ``torch.autocast`` in bfloat16 (the weights, the residual stream, the

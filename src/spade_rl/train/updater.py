@@ -99,9 +99,10 @@ def _score_completions_only() -> Iterator[None]:
     prompt's too, though only the completion's are read; on Triton devices only the labelled positions
     (the completion). Here the head takes the labelled positions everywhere: the loss and the gradient are
     the same (the prompt's values were masked to 0), and the CPU default's update skips the output head
-    on about 60% of its positions (each a 576 x 49152 projection and its softmax statistics, forward and
-    backward). The name patched is the one ``trl.trainer.utils`` reads for that decision only; the kernels
-    still choose Triton or torch by their own."""
+    (a 576 x 49152 projection and its softmax statistics, forward and backward) on every prompt position:
+    a 28-row update took 29 s instead of 43 s (measured). The name patched is the one
+    ``trl.trainer.utils`` reads for that decision only; the kernels still choose Triton or torch by
+    their own."""
     import trl.trainer.utils as trl_utils
 
     original = getattr(trl_utils, "_use_triton", None)
