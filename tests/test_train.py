@@ -542,6 +542,40 @@ def test_scoring_only_the_completion_gives_the_update_of_scoring_every_position(
     assert relative_difference(compact.model, every.model, before) < 1e-3
 
 
+def test_checkpointing_only_long_rows_gives_the_same_update(make_updater, monkeypatch):
+    """train.checkpoint_rows_longer_than: micro-batches wider than it run with activation checkpointing,
+    the others without; the update is the one without any checkpointing."""
+    switched = []
+    original = SampleServingGRPOTrainer._prepare_inputs
+
+    def recording(self, batch):
+        micro = original(self, batch)
+        switched.append(self._checkpointed_layers[0].gradient_checkpointing)
+        return micro
+
+    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", recording)
+    selective = make_updater(gradient_accumulation_steps=3, checkpoint_rows_longer_than=40)
+    before = weights(selective.model)
+    one = selective.update(mixed_length_samples())
+    assert True in switched and False in switched  # the long designer rows only
+    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", original)
+    plain = make_updater(gradient_accumulation_steps=3)
+    two = plain.update(mixed_length_samples())
+    assert one["train/loss"] == pytest.approx(two["train/loss"], rel=1e-5, abs=1e-7)
+    assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
+    assert relative_difference(selective.model, plain.model, before) < 1e-3
+    with pytest.raises(ValueError, match="checkpoint_rows_longer_than"):
+        TrainConfig(checkpoint_rows_longer_than=-1)
+
+
+def test_release_unused_memory_hands_pages_back_or_does_nothing():
+    from spade_rl.memory import _malloc_trim, release_unused_memory
+
+    release_unused_memory()  # never raises, with or without glibc
+    if sys.platform.startswith("linux") and Path("/lib/x86_64-linux-gnu/libc.so.6").exists():
+        assert _malloc_trim() is not None
+
+
 def test_split_by_length_and_trim_padding():
     pad = 0
     prompts = torch.tensor([[pad, pad, 5, 6], [pad, pad, pad, 7], [1, 2, 3, 4], [pad, 8, 9, 9]])
