@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_policy_prefix_cache import assert_same, random_tokens  # this folder's shared helpers
 
 from spade_rl.policy import SamplingSettings, TransformersConfig
 from spade_rl.policy.transformers_backend import (
@@ -25,22 +26,6 @@ from spade_rl.policy.transformers_backend import (
 )
 
 STOPS = tuple(range(3, 49152, 5))  # every 5th id ends a completion: rows finish at different steps
-
-
-def random_tokens(rng: random.Random, count: int) -> list[int]:
-    return [rng.randrange(1000, 40000) for _ in range(count)]
-
-
-def assert_same(a: list[Any], b: list[Any], atol: float = 1e-4) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert x.prompt_token_ids == y.prompt_token_ids
-        assert x.completion_token_ids == y.completion_token_ids
-        assert x.finish_reason == y.finish_reason
-        assert x.text == y.text
-        assert torch.allclose(
-            torch.tensor(x.completion_logprobs), torch.tensor(y.completion_logprobs), atol=atol
-        )
 
 
 def plain_policy(tiny: tuple[Any, Any], **config: Any) -> TransformersPolicy:
