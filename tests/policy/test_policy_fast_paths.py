@@ -179,12 +179,12 @@ def test_autocast_settings(tiny: tuple[Any, Any]) -> None:
     auto.autocast_dtype = torch.bfloat16
     model.lm_head.weight.requires_grad_(False)
     try:
-        with auto._computing():
-            assert auto._call_dtype is None and not torch.is_autocast_enabled("cpu")
+        with auto._computing() as dtype:
+            assert dtype is None and not torch.is_autocast_enabled("cpu")
     finally:
         model.lm_head.weight.requires_grad_(True)
-    with auto._computing():
-        assert auto._call_dtype is torch.bfloat16 and torch.is_autocast_enabled("cpu")
+    with auto._computing() as dtype:
+        assert dtype is torch.bfloat16 and torch.is_autocast_enabled("cpu")
 
 
 def test_train_bf16_auto_follows_the_cpu() -> None:

@@ -41,7 +41,7 @@ import inspect
 import itertools
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -105,7 +105,6 @@ class TransformersPolicy(Policy):
         # Plain dynamic layers can be replaced by preallocated ones (the same interface, no copy per step).
         self._preallocate = not unsupported
         self.autocast_dtype = _autocast_dtype(model, self.config.autocast)
-        self._call_dtype = None
         if self.config.prefix_cache_tokens > 0:
             if unsupported:
                 log.info("prefix cache off: %s", unsupported)
@@ -221,8 +220,8 @@ class TransformersPolicy(Policy):
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str | None] = [None] * len(rows)
         batch = list(range(len(rows)))  # the row at each position of the batch (finished rows leave it)
-        with self._computing():
-            cache = self._batch_cache(reuse, past, past + width + settings.max_new_tokens)
+        with self._computing() as dtype:
+            cache = self._batch_cache(reuse, past, past + width + settings.max_new_tokens, dtype)
             for step in range(settings.max_new_tokens):
                 out = self.model(
                     input_ids=input_ids,
@@ -272,9 +271,10 @@ class TransformersPolicy(Policy):
         ]
 
     @contextlib.contextmanager
-    def _computing(self) -> Iterator[None]:
+    def _computing(self) -> Iterator[Any]:
         """No gradients, in the precision of generation: bfloat16 autocast when ``autocast_dtype`` is set,
         with the output head in float32 (the log-probs keep float32 precision; one position per row).
+        Yields the dtype the call's key/value caches hold (None: as computed).
 
         Autocast casts a weight once per context and reuses the copy only for parameters that require
         gradients, and never under ``inference_mode``: ``no_grad`` here (under ``inference_mode`` a
@@ -288,16 +288,15 @@ class TransformersPolicy(Policy):
         if dtype is not None and self.config.autocast == "auto":
             if not all(p.requires_grad for p in self.model.parameters() if p.is_floating_point()):
                 dtype = None
-        self._call_dtype = dtype  # what this call's key/value caches hold (None: as computed)
         if dtype is None:
             with torch.no_grad():
-                yield
+                yield None
             return
         device = self.device.type
         head = self.model.get_output_embeddings()
         if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
             with torch.no_grad(), torch.autocast(device, dtype=dtype):
-                yield
+                yield dtype
             return
         forward = head.forward
 
@@ -309,7 +308,7 @@ class TransformersPolicy(Policy):
         head.forward = float32_head
         try:
             with torch.no_grad(), torch.autocast(device, dtype=dtype):
-                yield
+                yield dtype
         finally:
             if own is None:
                 del head.forward  # the class's forward again
@@ -350,12 +349,10 @@ class TransformersPolicy(Policy):
         prefix = self.prefix_cache
         if prefix is None or len(prompts) < 2:
             return
-        pending = []
-        for shared in shared_prefixes(prompts, SHARED_PREFIX_MIN_TOKENS):
-            if len(shared) > prefix.max_tokens // 4:
-                continue  # a prefix that would crowd the cache out is not worth its entry
-            if prefix.covered(shared) < len(shared):
-                pending.append(shared)
+        # Prefixes that would crowd the cache out are not worth their entry; `_encode_only` skips those the
+        # cache holds already.
+        limit = prefix.max_tokens // 4
+        pending = [p for p in shared_prefixes(prompts, SHARED_PREFIX_MIN_TOKENS) if len(p) <= limit]
         while pending:
             # Prefixes none of the pending ones extend go first; then those extending them reuse them.
             ready = [p for p in pending if not any(len(q) < len(p) and p[: len(q)] == q for q in pending)]
@@ -376,8 +373,8 @@ class TransformersPolicy(Policy):
         reuse = [prefix.lookup(prompt, whole=True) for prompt in prompts]
         input_ids, attention, positions, past, width = self._layout(prompts, reuse)
         rows = [(prompt, 0) for prompt in prompts]
-        with self._computing():
-            cache = self._batch_cache(reuse, past, past + width)
+        with self._computing() as dtype:
+            cache = self._batch_cache(reuse, past, past + width, dtype)
             self.model(
                 input_ids=input_ids,
                 attention_mask=attention,
@@ -391,10 +388,11 @@ class TransformersPolicy(Policy):
             batch, tokens = list(range(len(rows))), [[0] for _ in rows]
             self._remember(batch, rows, reuse, tokens, cache, past, past + width, batch, replace=False)
 
-    def _batch_cache(self, reuse: list[Reuse], past: int, capacity: int) -> Any:
+    def _batch_cache(self, reuse: list[Reuse], past: int, capacity: int, dtype: Any) -> Any:
         """The key/value cache of one batch: row b's reused prefix right-aligned in its first ``past``
-        positions; room for ``capacity`` positions when the model's layers allow it (no copy per step)."""
-        cache = _new_cache(self.model, capacity if self._preallocate else None, self._call_dtype)
+        positions; room for ``capacity`` positions when the model's layers allow it (no copy per step),
+        keys and values held in ``dtype`` (None: as computed)."""
+        cache = _new_cache(self.model, capacity if self._preallocate else None, dtype)
         if past:
             _fill_past(cache, reuse, past)
             if self.prefix_cache is not None:
@@ -647,15 +645,10 @@ def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int) -> list[t
     first: the longest common prefix of each pair of neighbours in sorted order (every pair's longest
     common prefix is one of them or a prefix of one), at most all but the last token of the shorter prompt
     (its logits must still be computed)."""
-    ordered = sorted({tuple(p) for p in prompts})
-    counts: dict[tuple[int, ...], int] = {}
-    for p in prompts:
-        counts[tuple(p)] = counts.get(tuple(p), 0) + 1
-    found: set[tuple[int, ...]] = set()
-    for p, n in counts.items():
-        if n > 1 and len(p) - 1 >= min_tokens:
-            found.add(p[:-1])  # the same prompt more than once
-    for a, b in itertools.pairwise(ordered):
+    counts = Counter(tuple(p) for p in prompts)
+    # The same prompt more than once: all but its last token.
+    found = {p[:-1] for p, n in counts.items() if n > 1 and len(p) - 1 >= min_tokens}
+    for a, b in itertools.pairwise(sorted(counts)):
         limit = min(len(a), len(b)) - 1
         length = _common_prefix_length(a, b, limit, 0)
         if length >= min_tokens:
