@@ -208,6 +208,7 @@ def test_sample_validation(change, message):
         ({"lora_target_modules": ("q_proj", "lm_head")}, "lm_head"),
         ({"use_lora": "yes"}, "use_lora"),
         ({"bf16": "always"}, "bf16"),
+        ({"cast_lm_head_to_fp32": "auto"}, "cast_lm_head_to_fp32"),
         ({"output_dir": ""}, "output_dir"),
         ({"report_to": "tensorboard"}, "output_dir must be set"),
     ],
@@ -443,6 +444,18 @@ def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path)
     (norm_s, model_s), (norm_r, model_r) = results["sampling"], results["recompute"]
     assert norm_s == pytest.approx(norm_r, rel=1e-5)
     assert relative_difference(model_s, model_r, before) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("bf16", "setting", "expected"), [(True, None, True), (False, None, False), (True, False, False)]
+)
+def test_the_output_head_stays_float32_under_bf16_unless_told(make_updater, bf16, setting, expected):
+    """Generation keeps its head in float32 under autocast; by default the update scores with it too."""
+    updater = make_updater(bf16=bf16, cast_lm_head_to_fp32=setting)
+    assert updater.trainer.args.bf16 is bf16
+    assert updater.trainer.args.cast_lm_head_to_fp32 is expected
+    metrics = updater.update(make_samples())
+    assert metrics["train/grad_norm"] > 0
 
 
 def test_kl_term_against_a_reference_copy(make_updater):

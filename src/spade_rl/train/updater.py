@@ -443,6 +443,7 @@ class GRPOUpdater:
             )
         bf16 = resolve_bf16(cfg.bf16, on_gpu)
         checkpointing = cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else on_gpu
+        head_fp32 = cfg.cast_lm_head_to_fp32 if cfg.cast_lm_head_to_fp32 is not None else bool(bf16)
         # Full fine-tuning with a KL term: TRL would reload the reference from the model's hub id or folder;
         # an in-memory copy taken now works for any model (and is what that reload would give at step 0).
         reference = copy.deepcopy(model) if cfg.beta > 0 and not cfg.use_lora else None
@@ -468,6 +469,7 @@ class GRPOUpdater:
             seed=cfg.seed,
             bf16=bool(bf16),
             fp16=False,
+            cast_lm_head_to_fp32=head_fp32,
             use_cpu=not on_gpu,
             activation_checkpointing=bool(checkpointing),
             disable_dropout=True,
