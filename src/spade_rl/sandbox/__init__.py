@@ -44,14 +44,9 @@ closed): see ``spade-rl doctor``.
 """
 
 from spade_rl.sandbox.config import LAYER_MODES, LAYERS, SandboxConfig
-from spade_rl.sandbox.pool import (
-    CallResult,
-    EnvHandle,
-    PoolExhausted,
-    SandboxPool,
-    SandboxUnavailable,
-    Status,
-)
+from spade_rl.sandbox.handle import EnvHandle
+from spade_rl.sandbox.pool import SandboxPool
+from spade_rl.sandbox.results import CallResult, PoolExhausted, SandboxUnavailable, Status
 
 __all__ = [
     "LAYERS",

@@ -19,13 +19,9 @@ from dataclasses import dataclass, replace
 
 from spade_rl.sandbox import landlock, seccomp_filter
 from spade_rl.sandbox.config import LAYERS, SandboxConfig
-from spade_rl.sandbox.pool import (
-    SandboxPool,
-    SandboxUnavailable,
-    Status,
-    bwrap_command,
-    unreachable_interpreter,
-)
+from spade_rl.sandbox.launch import bwrap_command, unreachable_interpreter
+from spade_rl.sandbox.pool import SandboxPool
+from spade_rl.sandbox.results import SandboxUnavailable, Status
 
 
 @dataclass(frozen=True)

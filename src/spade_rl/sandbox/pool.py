@@ -18,159 +18,44 @@ malformed answer kills the worker's whole process group; its other episodes then
 ``worker_lost``. A worker whose environment raised, or that created ``episodes_per_worker``
 instances, is retired once its episodes close. ``call_many`` runs calls on many workers at once.
 
+This module places episodes on workers and runs the exchange; how a worker is launched is in
+``spade_rl.sandbox.launch``, its process in ``spade_rl.sandbox.worker_process``, the checks of its
+answers in ``spade_rl.sandbox.exchange``, the results in ``spade_rl.sandbox.results``.
+
 The pool is not thread-safe by design beyond a lock that serialises its public methods.
 """
 
 from __future__ import annotations
 
 import atexit
-import enum
 import hashlib
 import itertools
-import json
-import logging
-import os
 import select
-import shutil
-import signal
-import stat
-import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from spade_rl.sandbox import protocol
 from spade_rl.sandbox.config import SandboxConfig
-
-log = logging.getLogger(__name__)
-
-
-class Status(enum.StrEnum):
-    OK = "ok"
-    EXCEPTION = "exception"  # the environment raised (or broke the contract while loading)
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"  # the worker died (signal, exit)
-    MEMORY = "memory"
-    OUTPUT_TOO_LARGE = "output_too_large"
-    PROTOCOL_ERROR = "protocol_error"  # the answer was not a well-formed frame for this request
-    WORKER_LOST = "worker_lost"  # another episode on the same worker made it be killed
-
-
-# The reason codes a worker may report for a source it could not load (``spade_rl.envs.loader``).
-LOADER_REASONS = frozenset({"syntax_error", "no_env_class", "multiple_env_classes"})
-
-# Statuses after which the worker is killed and replaced.
-FATAL = frozenset(
-    {
-        Status.TIMEOUT,
-        Status.CRASHED,
-        Status.MEMORY,
-        Status.OUTPUT_TOO_LARGE,
-        Status.PROTOCOL_ERROR,
-        Status.WORKER_LOST,
-    }
-)
-
-
-@dataclass(frozen=True)
-class CallResult:
-    status: Status
-    value: Any = None
-    reason: str = ""  # stable code for statistics: "ok", "timeout", "syntax_error", "exception", ...
-    error: str = ""  # human-readable message
-    error_type: str = ""  # exception class name, when the environment raised
-    traceback: str = ""
-    output: str = ""  # what the environment printed during the call (capped)
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.OK
-
-
-class SandboxUnavailable(RuntimeError):
-    """A required isolation layer is missing: the pool refuses to run generated code."""
-
-
-class PoolExhausted(RuntimeError):
-    """Every allowed worker is busy with episodes of other environments."""
-
-
-@dataclass(eq=False)
-class _Worker:
-    proc: subprocess.Popen
-    to_fd: int
-    from_fd: int
-    started: float
-    reader: protocol.FrameReader | None = None
-    ready: bool = False
-    pid: int = 0
-    layers: list[dict] = field(default_factory=list)
-    source_hash: str | None = None  # the source this worker is bound to (set when placed)
-    loaded: bool = False  # the worker has loaded that source
-    class_name: str = ""
-    live: set[int] = field(default_factory=set)
-    created: int = 0
-    tainted: bool = False
-    dead: bool = False
-    death: str = ""
-    # CPU accounting (see SandboxPool._idle_check): at the last check, the worker's CPU seconds and
-    # the time; since then, the wall time its calls took and how many there were.
-    cpu_at: float = 0.0
-    checked_at: float = 0.0
-    busy_s: float = 0.0
-    calls: int = 0
-
-
-class EnvHandle:
-    """One environment instance (one episode at a time) living in a worker of the pool."""
-
-    def __init__(self, pool: SandboxPool, worker: _Worker, instance: int, class_name: str):
-        self._pool = pool
-        self._worker = worker
-        self.instance = instance
-        self.class_name = class_name
-        self.closed = False
-
-    def reset(self, seed: int | None = None, timeout_s: float | None = None) -> CallResult:
-        return self._pool.call(self, "reset", {"seed": seed}, timeout_s)
-
-    def step(self, action: str, timeout_s: float | None = None) -> CallResult:
-        return self._pool.call(self, "step", {"action": action}, timeout_s)
-
-    def solution(self, timeout_s: float | None = None) -> CallResult:
-        return self._pool.call(self, "solution", {}, timeout_s)
-
-    def close(self) -> CallResult:
-        return self._pool.close_env(self)
-
-    @property
-    def alive(self) -> bool:
-        return not self.closed and not self._worker.dead
-
-    @property
-    def worker_pid(self) -> int:
-        return self._worker.pid
-
-
-def _source_hash(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+from spade_rl.sandbox.exchange import Failure, idle_failure, judge, read_failure, send
+from spade_rl.sandbox.handle import EnvHandle
+from spade_rl.sandbox.launch import bwrap_prefix
+from spade_rl.sandbox.results import CLOSED, CallResult, PoolExhausted, SandboxUnavailable, Status, with_phase
+from spade_rl.sandbox.worker_process import Worker, await_ready, kill, lost, spawn
 
 
 class SandboxPool:
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._closed = False
         self.stats = {"spawned": 0, "killed": 0, "timeouts": 0, "crashes": 0, "calls": 0}
-        self._bwrap = self._bwrap_prefix()
+        self._bwrap = bwrap_prefix(self.config)
         self._spin_s = self.config.spin_us / 1e6
         self._unreachable: list[str] | None = None  # found when an import first fails (see _explain_import)
         finalizer = weakref.finalize(self, SandboxPool._kill_all, self._workers)
@@ -201,10 +86,10 @@ class SandboxPool:
             self._workers.clear()
 
     @staticmethod
-    def _kill_all(workers: list[_Worker]) -> None:
+    def _kill_all(workers: list[Worker]) -> None:
         for worker in workers:
             if not worker.dead:
-                _kill(worker)
+                kill(worker)
 
     # --- public operations ----------------------------------------------------------------------
     def open(
@@ -236,11 +121,11 @@ class SandboxPool:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
             timeout = timeout_s or self.config.load_timeout_s
-            placed: list[_Worker] = []
+            placed: list[Worker] = []
             if beside is not None:  # the worker of an open handle, bound to the same source
                 if beside.closed or beside._worker.dead:
-                    lost = _lost(beside._worker) if beside._worker.dead else _CLOSED
-                    return [lost] * len(requests)
+                    gone = lost(beside._worker) if beside._worker.dead else CLOSED
+                    return [gone] * len(requests)
                 if any(_source_hash(source) != beside._worker.source_hash for source, _ in requests):
                     raise ValueError("beside: that handle's worker is bound to another source")
                 placed = [beside._worker] * len(requests)
@@ -262,7 +147,7 @@ class SandboxPool:
                     worker.loaded = True
                     worker.class_name = str(result.value.get("class_name", ""))
                 else:
-                    load_failed[id(worker)] = self._explain_import(_phase(result, "load"))
+                    load_failed[id(worker)] = self._explain_import(with_phase(result, "load"))
             results: list[CallResult | None] = [None] * len(requests)
             news = []
             for index, (worker, (_, kwargs)) in enumerate(zip(placed, requests, strict=True)):
@@ -276,12 +161,12 @@ class SandboxPool:
             calls = [(w, "new", {"instance": i, "kwargs": kw or {}}) for _, w, i, kw in news]
             for (index, worker, instance, _), result in zip(news, self._run(calls, timeout), strict=True):
                 if result.ok:
-                    results[index] = _replace(
+                    results[index] = replace(
                         result, value=EnvHandle(self, worker, instance, worker.class_name)
                     )
                 else:
                     worker.live.discard(instance)
-                    results[index] = self._explain_import(_phase(result, "init"))
+                    results[index] = self._explain_import(with_phase(result, "init"))
             for worker in _unique(placed):
                 self._maybe_retire(worker)
             return results  # type: ignore[return-value]
@@ -301,9 +186,9 @@ class SandboxPool:
             runnable = []
             for index, (env, op, args) in enumerate(calls):
                 if env.closed:
-                    results[index] = _CLOSED
+                    results[index] = CLOSED
                 elif env._worker.dead:
-                    results[index] = _lost(env._worker)
+                    results[index] = lost(env._worker)
                 else:
                     runnable.append((index, (env._worker, op, {"instance": env.instance, **args})))
             for (index, _), result in zip(
@@ -343,17 +228,17 @@ class SandboxPool:
             f" (the sandbox worker runs as uid {self.config.unprivileged_uid}, which cannot read where this "
             f"Python's modules are: {self._unreachable[0]})"
         )
-        return _replace(result, error=result.error + why)
+        return replace(result, error=result.error + why)
 
     def layer_reports(self) -> list[dict]:
         """The layer reports of a (new, if need be) worker: what is active on this machine."""
         return self.start()
 
     # --- placement ------------------------------------------------------------------------------
-    def _live_workers(self) -> list[_Worker]:
+    def _live_workers(self) -> list[Worker]:
         return [w for w in self._workers if not w.dead]
 
-    def _place(self, digest: str, fresh: bool = False, taken: Sequence[_Worker] = ()) -> _Worker:
+    def _place(self, digest: str, fresh: bool = False, taken: Sequence[Worker] = ()) -> Worker:
         live = self._live_workers()
         bound = [
             w
@@ -374,7 +259,7 @@ class SandboxPool:
             return self._claim(self._spawn(), digest)
         idle = [w for w in live if not w.live]
         if idle:
-            _kill(idle[0])
+            kill(idle[0])
             self.stats["killed"] += 1
             self._workers.remove(idle[0])
             return self._claim(self._spawn(), digest)
@@ -386,115 +271,39 @@ class SandboxPool:
         )
 
     @staticmethod
-    def _claim(worker: _Worker, digest: str) -> _Worker:
+    def _claim(worker: Worker, digest: str) -> Worker:
         # Reserve the worker for this source now, so that later requests of a batch see it.
         worker.source_hash = digest
         return worker
 
-    def _maybe_retire(self, worker: _Worker) -> None:
+    def _maybe_retire(self, worker: Worker) -> None:
         if worker.dead or worker.live:
             return
         worn = worker.tainted or worker.created >= self.config.episodes_per_worker
         surplus = len(self._live_workers()) > self.config.pool_size
         if worn or surplus:
-            _kill(worker)
+            kill(worker)
             self.stats["killed"] += 1
             self._workers.remove(worker)
             if len(self._live_workers()) < self.config.pool_size and not self._closed:
                 self._spawn()  # a warm replacement, started now and awaited when first used
 
     # --- workers ----------------------------------------------------------------------------------
-    def _settings(self) -> dict:
-        c = self.config
-        return {
-            "layers": c.layers,
-            "memory_bytes": c.memory_bytes,
-            "cpu_seconds": c.cpu_seconds,
-            "open_files": c.open_files,
-            "uid": c.unprivileged_uid,
-            "gid": c.unprivileged_gid,
-            "parent_pid": None if self._bwrap else os.getpid(),
-            "preload": list(c.preload),
-            "recursion_limit": c.recursion_limit,
-            "max_message_bytes": c.max_message_bytes,
-            "max_captured_output": c.max_captured_output,
-            "spin_us": c.spin_us,
-        }
-
-    def _bwrap_prefix(self) -> list[str]:
-        mode = self.config.mode("bwrap")
-        if mode == "off":
-            return []
-        from spade_rl.sandbox.doctor import bwrap_status
-
-        ok, detail = bwrap_status()
-        if not ok:
-            if mode == "required":
-                raise SandboxUnavailable(f"the required sandbox layer 'bwrap' is unavailable: {detail}")
-            log.info("bubblewrap layer skipped: %s", detail)
-            return []
-        return bwrap_command()
-
-    def _spawn(self) -> _Worker:
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        bootstrap = (
-            f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from spade_rl.sandbox.worker import main; main()"
-        )
-        cmd = [*self._bwrap, sys.executable, "-I", "-c", bootstrap, json.dumps(self._settings())]
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},  # nothing of the parent's environment
-            start_new_session=True,  # its own process group, killed as a whole
-            close_fds=True,
-        )
-        worker = _Worker(proc, proc.stdin.fileno(), proc.stdout.fileno(), time.monotonic())
-        os.set_blocking(worker.to_fd, False)  # requests are written with a deadline (see _send)
-        worker.reader = protocol.FrameReader(worker.from_fd, self.config.max_message_bytes)
+    def _spawn(self) -> Worker:
+        worker = spawn(self.config, self._bwrap)
         self._workers.append(worker)
         self.stats["spawned"] += 1
         return worker
 
-    def _await_ready(self, worker: _Worker) -> None:
-        if worker.ready or worker.dead:
-            return
-        deadline = worker.started + self.config.start_timeout_s
+    def _await_ready(self, worker: Worker) -> None:
         try:
-            hello = worker.reader.read(deadline)
-        except (protocol.Deadline, protocol.PeerClosed, protocol.FrameTooLarge, ValueError) as exc:
-            _kill(worker)
-            self._workers.remove(worker)
-            raise SandboxUnavailable(
-                f"a sandbox worker failed to start: {type(exc).__name__} {exc}"
-            ) from None
-        worker.layers = hello.get("layers", [])
-        worker.pid = hello.get("pid", 0)
-        missing = [
-            f"{r['name']} ({r['detail']})"
-            for r in worker.layers
-            if self.config.mode(r["name"]) == "required" and not (r["active"] or r["not_needed"])
-        ]
-        if hello.get("error"):
-            _kill(worker)
-            self._workers.remove(worker)
-            raise SandboxUnavailable(f"a sandbox worker failed to start:\n{hello['error']}")
-        if missing or not hello.get("ready"):
-            _kill(worker)
-            self._workers.remove(worker)
-            raise SandboxUnavailable(
-                "refusing to run generated code: required sandbox layer(s) unavailable: "
-                + "; ".join(missing or ["worker refused"])
-                + ". Run `spade-rl doctor` for details, or set the layer to 'optional' or 'off' in the "
-                "sandbox configuration if you accept the risk."
-            )
-        worker.ready = True
+            await_ready(worker, self.config)
+        except SandboxUnavailable:
+            self._workers.remove(worker)  # await_ready killed it
+            raise
 
     # --- the exchange -----------------------------------------------------------------------------
-    def _run(self, calls: list[tuple[_Worker, str, dict]], timeout: float) -> list[CallResult]:
+    def _run(self, calls: list[tuple[Worker, str, dict]], timeout: float) -> list[CallResult]:
         """Send each call to its worker, one at a time per worker, and collect the answers. Every
         worker is read as its data arrives, and each call is held to its own deadline (``timeout``
         after it was sent): a worker that sends half an answer and stalls delays nobody else, and
@@ -503,12 +312,10 @@ class SandboxPool:
         if len(calls) == 1:  # the common case of one step: no poller to build
             worker, op, args = calls[0]
             if worker.dead:
-                return [_lost(worker)]
+                return [lost(worker)]
             start = time.monotonic()
             rid = next(self._ids)
-            failed = self._idle_check(worker, start) or self._send(
-                worker, {"op": op, "id": rid, **args}, start, start + timeout
-            )
+            failed = self._start_call(worker, {"op": op, "id": rid, **args}, start, start + timeout)
             if failed is not None:
                 return [failed]
             try:
@@ -528,14 +335,12 @@ class SandboxPool:
                 index = queue.pop(0)
                 worker, op, args = calls[index]
                 if worker.dead:
-                    results[index] = _lost(worker)
+                    results[index] = lost(worker)
                     continue
                 start = time.monotonic()
                 rid = next(self._ids)
                 deadline = start + timeout
-                failed = self._idle_check(worker, start) or self._send(
-                    worker, {"op": op, "id": rid, **args}, start, deadline
-                )
+                failed = self._start_call(worker, {"op": op, "id": rid, **args}, start, deadline)
                 if failed is not None:
                     results[index] = failed
                     continue
@@ -584,291 +389,45 @@ class SandboxPool:
                     settle(fd, self._judge(worker, op, rid, start, answer))
         return results  # type: ignore[return-value]
 
-    def _idle_check(self, worker: _Worker, now: float) -> CallResult | None:
-        """A failure (the worker is killed) when the worker used CPU between calls: at most once a
-        second per worker, its CPU time since the last check, less the wall time of its calls and
-        their short spins, must stay under ``IDLE_CPU_SHARE`` of the idle time (plus a little). An
-        honest worker sleeps between calls; timers and threads are denied, so one that computes then
-        has rewritten its own loop. (Not under bubblewrap: the worker is in another pid namespace.)"""
-        if self._bwrap or now - worker.checked_at < IDLE_CHECK_S:
-            return None
-        cpu = _cpu_seconds(worker.proc.pid)
-        if cpu is None:
-            return None
-        first = worker.checked_at == 0.0
-        idle = now - worker.checked_at - worker.busy_s
-        used = cpu - worker.cpu_at - worker.busy_s - worker.calls * self._spin_s
-        worker.cpu_at, worker.checked_at, worker.busy_s, worker.calls = cpu, now, 0.0, 0
-        if first or used <= IDLE_CPU_GRACE_S + IDLE_CPU_SHARE * idle:
-            return None
-        return self._fail(
-            worker,
-            Status.PROTOCOL_ERROR,
-            "protocol_error",
-            now,
-            f"the worker used {used:.2f} s of CPU between calls, in {idle:.2f} s without a request: "
-            "a worker computes only while it answers",
+    def _start_call(self, worker: Worker, request: dict, start: float, deadline: float) -> CallResult | None:
+        """Send a request, after the idle CPU check (not under bubblewrap: see ``idle_failure``); the
+        failure result when either fails, None when the request is on its way."""
+        failure = (None if self._bwrap else idle_failure(worker, start, self._spin_s)) or send(
+            worker, request, deadline
         )
-
-    def _send(self, worker: _Worker, request: dict, start: float, deadline: float) -> CallResult | None:
-        """Write a request; a failure result when the worker is gone or stopped reading in time."""
-        try:
-            protocol.write_frame(worker.to_fd, request, deadline)
-        except protocol.Deadline:
-            self.stats["timeouts"] += 1
-            return self._fail(worker, Status.TIMEOUT, "timeout", start, "the worker stopped reading requests")
-        except OSError:
-            return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
-        return None
+        return None if failure is None else self._fail(worker, failure, start)
 
     def _read_failure(
-        self, worker: _Worker, op: str, start: float, deadline: float, exc: Exception
+        self, worker: Worker, op: str, start: float, deadline: float, exc: Exception
     ) -> CallResult:
-        """The result of a failed read: the worker is killed, whatever went wrong."""
-        if isinstance(exc, protocol.Deadline):
-            self.stats["timeouts"] += 1
-            return self._fail(
-                worker,
-                Status.TIMEOUT,
-                "timeout",
-                start,
-                f"{op} did not answer within {deadline - start:.3g} s",
-            )
-        if isinstance(exc, (protocol.PeerClosed, OSError)):
-            return self._fail(worker, Status.CRASHED, "crashed", start, _exit_text(worker))
-        if isinstance(exc, protocol.FrameTooLarge):  # TooManyValues too
-            return self._fail(worker, Status.OUTPUT_TOO_LARGE, "output_too_large", start, str(exc))
-        if isinstance(exc, protocol.ValueOutOfBounds):  # a whole frame was read: the stream is intact
-            worker.tainted = True
-            return CallResult(
-                Status.EXCEPTION,
-                None,
-                "unserializable",
-                f"the value is outside what the protocol carries: {exc}",
-                "ValueOutOfBounds",
-                elapsed_s=time.monotonic() - start,
-            )
-        if isinstance(exc, (ValueError, RecursionError, MemoryError)):
-            return self._fail(worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"not JSON: {exc}")
-        raise exc  # a bug of ours, not something the worker did
+        return self._settle(worker, start, read_failure(worker, op, start, deadline, exc))
 
-    def _judge(self, worker: _Worker, op: str, rid: int, start: float, answer: Any) -> CallResult:
-        """The result of a decoded answer, every field checked: only the pool's own reason codes
-        and bounded text come out."""
-        elapsed = time.monotonic() - start
-        worker.busy_s += elapsed
-        worker.calls += 1
-        if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or answer.get("id") != rid:
-            return self._fail(
-                worker,
-                Status.PROTOCOL_ERROR,
-                "protocol_error",
-                start,
-                "the answer is not a well-formed reply to this request",
-            )
-        if worker.reader.pending:
-            return self._fail(
-                worker, Status.PROTOCOL_ERROR, "protocol_error", start, "the worker sent more than one answer"
-            )
-        # The worker caps printed output, but it runs hostile code: cap again here.
-        output = answer.get("output") if isinstance(answer.get("output"), str) else ""
-        output = output[: self.config.max_captured_output]
-        if answer["ok"]:
-            return CallResult(Status.OK, answer.get("value"), "ok", output=output, elapsed_s=elapsed)
-        kind = answer.get("kind")
-        message = str(answer.get("message", ""))[:4000]
-        if kind == "memory":
-            return self._fail(worker, Status.MEMORY, "memory", start, message)
-        if kind == "too_large":
-            return self._fail(worker, Status.OUTPUT_TOO_LARGE, "output_too_large", start, message)
-        if kind not in ("exception", "contract", "unserializable"):
-            return self._fail(
-                worker, Status.PROTOCOL_ERROR, "protocol_error", start, f"unknown kind {kind!r}"
-            )
-        worker.tainted = True
-        # Only the loader's own codes pass as they are: environment code shares the worker's
-        # interpreter and can raise a ContractViolation of its own with any reason it likes.
-        reason = answer.get("reason") if kind == "contract" else kind
-        if kind == "contract" and (op != "load" or reason not in LOADER_REASONS):
-            reason = "exception"
-        return CallResult(
-            Status.EXCEPTION,
-            None,
-            reason,
-            message,
-            str(answer.get("type", ""))[:128],
-            str(answer.get("traceback", ""))[:4000],
-            output,
-            elapsed,
-        )
+    def _judge(self, worker: Worker, op: str, rid: int, start: float, answer: Any) -> CallResult:
+        outcome = judge(worker, op, rid, start, answer, self.config.max_captured_output)
+        return self._settle(worker, start, outcome)
 
-    def _fail(
-        self, worker: _Worker, status: Status, reason: str, start: float, error: str = ""
-    ) -> CallResult:
+    def _fail(self, worker: Worker, failure: Failure, start: float) -> CallResult:
+        """Kill ``worker`` for ``failure`` and answer the call with it."""
         if not worker.dead:
-            _kill(worker)
+            kill(worker)
             self.stats["killed"] += 1
+        error, reason = failure.error, failure.reason
         worker.death = f"{reason}: {error}" if error else reason
-        if status is Status.CRASHED:
+        if failure.status is Status.TIMEOUT:
+            self.stats["timeouts"] += 1
+        if failure.status is Status.CRASHED:
             self.stats["crashes"] += 1
         if worker in self._workers:
             self._workers.remove(worker)
-        return CallResult(status, None, reason, error or reason, elapsed_s=time.monotonic() - start)
+        return CallResult(failure.status, None, reason, error or reason, elapsed_s=time.monotonic() - start)
+
+    def _settle(self, worker: Worker, start: float, outcome: CallResult | Failure) -> CallResult:
+        return self._fail(worker, outcome, start) if isinstance(outcome, Failure) else outcome
 
 
-IDLE_CHECK_S = 1.0  # how often (at most) a worker's CPU time is checked, when it is sent a call
-IDLE_CPU_SHARE = 0.25  # the share of its idle time a worker may spend on the CPU (an honest one: 0)
-IDLE_CPU_GRACE_S = 0.1  # plus this much: clock ticks, the end of an answer, the start of a read
-_TICK = os.sysconf("SC_CLK_TCK")
+def _source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds of a process, from ``/proc``; None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-_CLOSED = CallResult(Status.EXCEPTION, reason="closed", error="the environment is closed")
-
-
-def _replace(result: CallResult, **changes: Any) -> CallResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)
-
-
-def _phase(result: CallResult, phase: str) -> CallResult:
-    """Name the phase of ``open`` in which the environment raised: ``load_raised`` (the module
-    body) or ``init_raised`` (the constructor)."""
-    if result.status is Status.EXCEPTION and result.reason in ("exception", "unserializable"):
-        return _replace(result, reason=f"{phase}_raised")
-    return result
-
-
-def _unique(workers: list[_Worker]) -> list[_Worker]:
+def _unique(workers: list[Worker]) -> list[Worker]:
     return list({id(w): w for w in workers}.values())
-
-
-def _lost(worker: _Worker) -> CallResult:
-    return CallResult(
-        Status.WORKER_LOST,
-        None,
-        "worker_lost",
-        f"the worker holding this episode was killed ({worker.death})",
-    )
-
-
-def _kill(worker: _Worker) -> None:
-    """Kill the worker's whole process group and reap it."""
-    worker.dead = True
-    try:
-        os.killpg(worker.proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for stream in (worker.proc.stdin, worker.proc.stdout):
-        try:
-            stream.close()
-        except OSError:
-            pass
-    try:
-        worker.proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        log.warning("sandbox worker %s did not die after SIGKILL", worker.proc.pid)
-
-
-def _exit_text(worker: _Worker) -> str:
-    try:
-        code = worker.proc.wait(timeout=1)
-    except subprocess.TimeoutExpired:
-        return "the worker closed its pipe"
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        return f"the worker was killed by {name}"
-    return f"the worker exited with status {code}"
-
-
-def bwrap_command() -> list[str]:
-    """The bubblewrap prefix: new namespaces (no network), read-only root, private /tmp and /proc.
-
-    As root, no user namespace is made (inside one, uid 65534 would map back to root outside);
-    bwrap keeps only CAP_SETUID/CAP_SETGID, which the worker's own uid drop then clears. As an
-    ordinary user, bwrap makes a user namespace and the worker has nothing to drop. The package and
-    the interpreter are bound again after the private /tmp, in case they live under /tmp."""
-    path = shutil.which("bwrap") or "bwrap"
-    if os.geteuid() == 0:
-        namespaces = [
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
-        caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        namespaces = ["--unshare-all"]
-        caps = ["--cap-drop", "ALL"]
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    keep = sorted(
-        {package_parent, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    )
-    rebinds = [arg for p in keep if p.startswith("/tmp") for arg in ("--ro-bind", p, p)]
-    return [
-        path,
-        "--die-with-parent",
-        *namespaces,
-        *caps,
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        *rebinds,
-        "--",
-    ]
-
-
-def unreachable(path: str, uid: int, gid: int) -> str:
-    """Why ``uid`` (with group ``gid`` and no others) cannot read ``path``, or '' when it can: every
-    folder above it must let it enter, the path itself let it read (and enter, for a folder)."""
-    try:
-        real = Path(os.path.realpath(path))
-        chain = [*reversed(real.parents), real]
-        for place in chain:
-            st = place.stat()
-            shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
-            bits = (st.st_mode >> shift) & 0o7
-            is_dir = stat.S_ISDIR(st.st_mode)
-            need = 0o1 if place != real else (0o5 if is_dir else 0o4)
-            if bits & need != need:
-                fix = f"chmod o+x {place}" if place != real or is_dir else f"chmod o+r {place}"
-                return (
-                    f"{place} is mode {stat.filemode(st.st_mode)}, owned by uid {st.st_uid}: uid {uid} "
-                    f"cannot {'enter' if need == 0o1 else 'read'} it (run `{fix}`, or use a Python "
-                    f"installed where uid {uid} can read it, or add the module to sandbox preload)"
-                )
-    except OSError as exc:
-        return f"{path}: {exc}"
-    return ""
-
-
-def unreachable_interpreter(uid: int, gid: int) -> list[str]:
-    """What of the interpreter, its packages and spade_rl a worker dropped to ``uid`` cannot read: the
-    modules there can be imported only if a worker loads them before the drop (``preload``)."""
-    from spade_rl.sandbox.hardening import read_only_paths
-
-    found = []
-    for path in read_only_paths():
-        if path.startswith(("/usr/", "/lib")):
-            continue  # system folders: readable by everyone
-        why = unreachable(path, uid, gid)
-        if why and why not in found:
-            found.append(why)
-    return found

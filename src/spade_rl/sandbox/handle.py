@@ -1,0 +1,42 @@
+"""``EnvHandle``: the caller's side of one environment instance living in a worker of a ``SandboxPool``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spade_rl.sandbox.results import CallResult
+
+if TYPE_CHECKING:
+    from spade_rl.sandbox.pool import SandboxPool
+    from spade_rl.sandbox.worker_process import Worker
+
+
+class EnvHandle:
+    """One environment instance (one episode at a time) living in a worker of the pool."""
+
+    def __init__(self, pool: SandboxPool, worker: Worker, instance: int, class_name: str):
+        self._pool = pool
+        self._worker = worker
+        self.instance = instance
+        self.class_name = class_name
+        self.closed = False
+
+    def reset(self, seed: int | None = None, timeout_s: float | None = None) -> CallResult:
+        return self._pool.call(self, "reset", {"seed": seed}, timeout_s)
+
+    def step(self, action: str, timeout_s: float | None = None) -> CallResult:
+        return self._pool.call(self, "step", {"action": action}, timeout_s)
+
+    def solution(self, timeout_s: float | None = None) -> CallResult:
+        return self._pool.call(self, "solution", {}, timeout_s)
+
+    def close(self) -> CallResult:
+        return self._pool.close_env(self)
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and not self._worker.dead
+
+    @property
+    def worker_pid(self) -> int:
+        return self._worker.pid
