@@ -8,7 +8,7 @@ import pytest
 
 from spade_rl.envs import reference
 from spade_rl.policy import FakePolicy, default_tokenizer
-from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
 from spade_rl.sandbox import SandboxConfig, SandboxPool
 
 
@@ -195,3 +195,46 @@ def test_action_prefix_settings_are_checked():
         RolloutConfig(action_prefix={"chess": "\\boxed{"})
     with pytest.raises(ValueError, match="list of non-empty strings"):
         RolloutConfig(action_stop={"games": "}"})
+
+
+def test_play_episode_takes_actions_from_a_function_with_the_rollouts_environment_side(pool):
+    """What a person at ``spade-rl play --human`` gets: the same hint, turns and ends as a model's
+    episode, without tokens; ``on_turn`` sees the start and every turn."""
+    seen = []
+    spec = EpisodeSpec(reference.source("guess"), seed=5, hint="Halve the range.", use_hint=True)
+
+    def watch(episode):
+        seen.append(len(episode.turns))
+
+    episode = play_episode(pool, spec, RolloutConfig(), lambda ep: guesser(ep.messages), on_turn=watch)
+    assert episode.won and episode.stop_reason == "terminated" and 1 < len(episode.turns) <= 7
+    assert episode.messages[1]["content"].endswith("\n\nHint: Halve the range.")
+    roles = [m["role"] for m in episode.messages]
+    assert roles == ["system", "user", *["assistant", "user"] * (len(episode.turns) - 1), "assistant"]
+    assert all(t.finish_reason == "stop" for t in episode.turns)
+    assert seen == list(range(len(episode.turns) + 1))
+    assert episode.token_ids == episode.mask == episode.logprobs == []
+    fifty = EpisodeSpec(reference.source("guess"), seed=5)  # seed 5: the secret is not 50
+    out_of_turns = play_episode(pool, fifty, RolloutConfig(max_turns=2), lambda ep: "\\boxed{50}")
+    assert out_of_turns.stop_reason == "max_turns" and len(out_of_turns.turns) == 2
+
+
+def test_play_episode_failures_end_the_episode_and_an_exception_of_act_propagates(pool, tokenizer):
+    broken = play_episode(pool, EpisodeSpec("class BrokenEnv(:\n"), RolloutConfig(), lambda ep: "")
+    assert broken.stop_reason == "env_error" and broken.error.startswith("open: syntax_error")
+    no_reset = reference.source("guess").replace('return observation, self._info("start")', "return 3")
+    assert "return 3" in no_reset
+    failed = play_episode(pool, EpisodeSpec(no_reset), RolloutConfig(), lambda ep: "")
+    assert failed.stop_reason == "env_error" and failed.error.startswith("reset: ") and not failed.turns
+
+    class Stopped(Exception):
+        pass
+
+    def stop(episode):
+        raise Stopped
+
+    with pytest.raises(Stopped):
+        play_episode(pool, EpisodeSpec(reference.source("guess")), RolloutConfig(), stop)
+    policy = FakePolicy(guesser, tokenizer=tokenizer)
+    [again] = run_episodes(policy, pool, [EpisodeSpec(reference.source("guess"))], RolloutConfig())
+    assert again.won  # the pool still plays: the interrupted environment was closed

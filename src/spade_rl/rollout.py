@@ -22,6 +22,9 @@ conversation equals what the chat template would render.
 Environment failures (a timeout, a crash, a malformed answer, an environment slower over the
 episode than ``episode_env_budget_s``) end that episode with a recorded reason and never stop the
 batch.
+
+``play_episode`` plays one episode the same way with actions from a function instead of a policy
+(a person typing them: ``spade-rl play --human``), without the token bookkeeping.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.policy import Policy, SamplingSettings
 from spade_rl.rewards import episode_return
-from spade_rl.sandbox import EnvHandle, SandboxPool
+from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool
 
 if TYPE_CHECKING:
     from spade_rl.executor import Executor
@@ -220,35 +223,17 @@ def run_episodes(
         opened = pool.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
         live = []
         for i, result in enumerate(opened):
-            episodes[i].env_seconds += result.elapsed_s
-            if result.ok:
-                handles[i] = result.value
+            handles[i] = _opened(episodes[i], result)
+            if handles[i] is not None:
                 live.append(i)
-            else:
-                _fail(episodes[i], f"open: {result.reason}: {result.error}")
         resets = pool.call_many(
             [(handles[i], "reset", {"seed": specs[i].seed}) for i in live], config.call_timeout_s
         )
         started = []
         for i, result in zip(live, resets, strict=True):
             episode = episodes[i]
-            episode.env_seconds += result.elapsed_s
-            try:
-                observation, _ = check_reset_value(result.value) if result.ok else (None, None)
-            except ContractViolation as exc:
-                _fail(episode, f"reset: {exc}")
+            if not _begin(episode, result, config):
                 continue
-            if observation is None:
-                _fail(episode, f"reset: {result.reason}: {result.error}")
-                continue
-            system = config.system_prompts.get(specs[i].setting, config.system_prompts["games"])
-            episode.messages = [
-                {"role": "system", "content": system},
-                {
-                    "role": "user",
-                    "content": _cut(_first_message(observation, specs[i]), config.max_observation_chars),
-                },
-            ]
             episode.append(policy.render(episode.messages, add_generation_prompt=True), model=False)
             episode.prompt_length = len(episode.token_ids)
             if episode.prompt_length + config.max_new_tokens > config.max_context_tokens:
@@ -298,37 +283,9 @@ def _play(
         still = []
         for i, generation, action, result in zip(live, generations, actions, steps, strict=True):
             episode = episodes[i]
-            episode.env_seconds += result.elapsed_s
-            if not result.ok:
-                _fail(episode, f"step: {result.reason}: {result.error}")
+            observation = _record_step(episode, result, action, generation.finish_reason, turn, config)
+            if observation is None:
                 continue
-            try:
-                step = check_step_value(result.value, config.reward_range)
-            except ContractViolation as exc:
-                _fail(episode, f"step: {exc}")
-                continue
-            observation = _cut(step.observation, config.max_observation_chars)
-            episode.turns.append(
-                Turn(
-                    action,
-                    observation,
-                    step.reward,
-                    step.terminated,
-                    step.truncated,
-                    generation.finish_reason,
-                )
-            )
-            if step.terminated or step.truncated:
-                episode.stop_reason = "terminated" if step.terminated else "truncated"
-            elif turn >= config.max_turns:
-                episode.stop_reason = "max_turns"
-            elif episode.env_seconds > config.episode_env_budget_s:
-                _fail(
-                    episode,
-                    f"time_budget: the environment took {episode.env_seconds:.3g} s in {turn} steps, "
-                    f"over the episode's budget of {config.episode_env_budget_s:g} s "
-                    "(rollout.episode_env_budget_s)",
-                )
             if on_turn is not None:
                 on_turn(i, episode)
             if episode.stop_reason:
@@ -345,6 +302,115 @@ def _play(
             episode.append(suffix, model=False)
             still.append(i)
         live = still
+
+
+def play_episode(
+    pool: SandboxPool | Executor,
+    spec: EpisodeSpec,
+    config: RolloutConfig,
+    act: Callable[[Episode], str],
+    on_turn: Callable[[Episode], None] | None = None,
+) -> Episode:
+    """One episode whose actions come from ``act(episode)`` instead of a policy: a person at a terminal
+    (``spade-rl play --human``) or a script. The environment side is ``run_episodes``'s: the same
+    opening, reset, hint, cuts, contract checks, time budget and stop reasons. There is no token
+    bookkeeping (``token_ids``, ``mask`` and ``logprobs`` stay empty), hence no context limit, and the
+    sampling settings, ``action_prefix`` and ``action_stop`` are not used: the action is what ``act``
+    returns (each turn's ``finish_reason`` is "stop").
+
+    ``act`` is called with the episode so far (``messages`` ends with the latest observation); an
+    exception it raises ends the play, closes the environment and propagates. ``on_turn(episode)`` is
+    called as ``run_episodes`` calls its ``on_turn``: once at the start, then after each turn."""
+    episode = Episode(spec)
+    [opened] = pool.open_many([(spec.source, spec.env_kwargs)], config.call_timeout_s)
+    handle = _opened(episode, opened)
+    if handle is None:
+        return episode
+    try:
+        [reset] = pool.call_many([(handle, "reset", {"seed": spec.seed})], config.call_timeout_s)
+        if not _begin(episode, reset, config):
+            return episode
+        if on_turn is not None:
+            on_turn(episode)
+        turn = 0
+        while not episode.stop_reason:
+            turn += 1
+            action = act(episode)
+            episode.messages.append({"role": "assistant", "content": action})
+            [result] = pool.call_many([(handle, "step", {"action": action})], config.call_timeout_s)
+            observation = _record_step(episode, result, action, "stop", turn, config)
+            if observation is None:
+                break
+            if on_turn is not None:
+                on_turn(episode)
+            if not episode.stop_reason:
+                episode.messages.append({"role": "user", "content": observation})
+    finally:
+        handle.close()
+    return episode
+
+
+def _opened(episode: Episode, result: CallResult) -> EnvHandle | None:
+    """The environment's handle, or None when it did not open (the episode then ends as a failure)."""
+    episode.env_seconds += result.elapsed_s
+    if result.ok:
+        return result.value
+    _fail(episode, f"open: {result.reason}: {result.error}")
+    return None
+
+
+def _begin(episode: Episode, result: CallResult, config: RolloutConfig) -> bool:
+    """The reset's answer checked and turned into the first messages (the system prompt, then the first
+    observation with the hint when on); False when the reset failed (the episode then ends)."""
+    episode.env_seconds += result.elapsed_s
+    try:
+        observation, _ = check_reset_value(result.value) if result.ok else (None, None)
+    except ContractViolation as exc:
+        _fail(episode, f"reset: {exc}")
+        return False
+    if observation is None:
+        _fail(episode, f"reset: {result.reason}: {result.error}")
+        return False
+    spec = episode.spec
+    system = config.system_prompts.get(spec.setting, config.system_prompts["games"])
+    episode.messages = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": _cut(_first_message(observation, spec), config.max_observation_chars)},
+    ]
+    return True
+
+
+def _record_step(
+    episode: Episode, result: CallResult, action: str, finish_reason: str, turn: int, config: RolloutConfig
+) -> str | None:
+    """The step's answer checked and recorded as a turn, and the episode's end decided (terminated,
+    truncated, out of turns, over its time budget). Returns the observation, cut, or None when the step
+    failed (the episode then ends with no new turn)."""
+    episode.env_seconds += result.elapsed_s
+    if not result.ok:
+        _fail(episode, f"step: {result.reason}: {result.error}")
+        return None
+    try:
+        step = check_step_value(result.value, config.reward_range)
+    except ContractViolation as exc:
+        _fail(episode, f"step: {exc}")
+        return None
+    observation = _cut(step.observation, config.max_observation_chars)
+    episode.turns.append(
+        Turn(action, observation, step.reward, step.terminated, step.truncated, finish_reason)
+    )
+    if step.terminated or step.truncated:
+        episode.stop_reason = "terminated" if step.terminated else "truncated"
+    elif turn >= config.max_turns:
+        episode.stop_reason = "max_turns"
+    elif episode.env_seconds > config.episode_env_budget_s:
+        _fail(
+            episode,
+            f"time_budget: the environment took {episode.env_seconds:.3g} s in {turn} steps, "
+            f"over the episode's budget of {config.episode_env_budget_s:g} s "
+            "(rollout.episode_env_budget_s)",
+        )
+    return observation
 
 
 class _ActionPrefixes:
