@@ -17,13 +17,10 @@ import torch
 from test_policy_prefix_cache import assert_same, random_tokens  # this folder's shared helpers
 
 from spade_rl.policy import SamplingSettings, TransformersConfig
-from spade_rl.policy.transformers_backend import (
-    SHARED_PREFIX_MIN_TOKENS,
-    TransformersPolicy,
-    _new_cache,
-    choose_tokens,
-    shared_prefixes,
-)
+from spade_rl.policy.kv_cache import new_cache
+from spade_rl.policy.prefix_cache import SHARED_PREFIX_MIN_TOKENS, shared_prefixes
+from spade_rl.policy.sampling import choose_tokens
+from spade_rl.policy.transformers_backend import TransformersPolicy
 
 STOPS = tuple(range(3, 49152, 5))  # every 5th id ends a completion: rows finish at different steps
 
@@ -39,7 +36,7 @@ def plain_policy(tiny: tuple[Any, Any], **config: Any) -> TransformersPolicy:
 def test_growing_layers_hold_what_dynamic_layers_hold(tiny: tuple[Any, Any]) -> None:
     model, _ = tiny
     ids = torch.tensor([random_tokens(random.Random(1), 9), random_tokens(random.Random(2), 9)])
-    grown, plain = _new_cache(model, capacity=4), _new_cache(model)  # capacity 4: it must grow twice
+    grown, plain = new_cache(model, capacity=4), new_cache(model)  # capacity 4: it must grow twice
     with torch.no_grad():
         for cache in (grown, plain):
             model(input_ids=ids[:, :5], use_cache=True, cache=cache)

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from spade_rl.policy import SamplingSettings, TransformersConfig
-from spade_rl.policy.transformers_backend import SHARED_PREFIX_MIN_TOKENS, PrefixCache, TransformersPolicy
+from spade_rl.policy.prefix_cache import SHARED_PREFIX_MIN_TOKENS, PrefixCache
+from spade_rl.policy.transformers_backend import TransformersPolicy
 
 # Every 5th token id ends a completion: a mix of "stop" and "length" finishes, so that rows which finished
 # early (and were fed padding afterwards) are cached next to rows that ran to the end.

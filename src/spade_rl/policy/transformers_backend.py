@@ -15,35 +15,21 @@ position ids, and the key/value cache carries the past.
 ``policy.model`` is the very module that generates: an optimiser stepping its parameters changes what the
 next ``generate`` samples. Generation switches the model to eval mode and back.
 
-**Prefix cache.** A multi-turn rollout sends each conversation again every turn, grown by the last
-completion and the next observation. After a call, the keys and values of every row's sequence (the prompt
-and the completion but its last token, which was sampled and never fed) are kept, keyed by their token ids
-(:class:`PrefixCache`, ``config.prefix_cache_tokens`` tokens at most, least recently used dropped first).
-The next call looks up the longest cached prefix of each prompt (any common prefix counts, up to all but
-the prompt's last token), lays the rows' cached keys/values out as ``[padding | cached prefix]`` up to a
-common past width, and feeds only the uncached rest, left-padded; the attention mask has zeros on every
-padding position (also the padding between a row's past and its rest) and the position ids continue from
-each row's true length. Results equal those without the cache up to float rounding (the cached keys/values
-were computed in another batch). The cache holds keys/values of the current weights only: each call compares
-a cheap fingerprint of the parameters (their storage, version counters and a strided sample of values; fused
-optimisers do not bump version counters) and drops the cache when it changed. A training loop should still
-call :meth:`TransformersPolicy.clear_prefix_cache` after each update; so should code that changes what the
-model computes without touching its parameters (PEFT's ``disable_adapter()``, another attention
-implementation). Models whose cache is not made of plain ``DynamicLayer``s (sliding windows, linear
-attention) run without a prefix cache (logged once).
+**Prefix cache.** After a call, the keys and values of every row's sequence are kept, keyed by their token
+ids, and the next call feeds only what a prompt adds to its longest cached prefix: see
+:mod:`spade_rl.policy.prefix_cache` (the cache, and when it is dropped) and :mod:`spade_rl.policy.kv_cache`
+(the batch's key/value cache). A training loop should call :meth:`TransformersPolicy.clear_prefix_cache`
+after each update. Sampling itself is :func:`spade_rl.policy.sampling.choose_tokens`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
-import itertools
 import logging
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy.base import (
@@ -57,13 +43,28 @@ from spade_rl.policy.base import (
     stop_token_ids_of,
 )
 from spade_rl.policy.config import TransformersConfig
-from spade_rl.policy.models import cpu_has_fast_bf16, load_pretrained
+from spade_rl.policy.kv_cache import check_batch_cache, fill_past, new_cache, why_no_prefix_cache
+from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
+from spade_rl.policy.prefix_cache import (
+    NO_REUSE,
+    SHARED_PREFIX_MIN_TOKENS,
+    PrefixCache,
+    Reuse,
+    same_fingerprint,
+    shared_prefixes,
+    weights_fingerprint,
+)
+from spade_rl.policy.sampling import choose_tokens
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
+
+# Finished rows leave the batch once they are at least 1 / COMPACT_SHARE of it (each compaction copies the
+# cache of the rows that stay, about the cost of one decoding step's cache append).
+COMPACT_SHARE = 4
 
 
 class TransformersPolicy(Policy):
@@ -101,7 +102,7 @@ class TransformersPolicy(Policy):
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
         self.prefix_cache: PrefixCache | None = None
         self._weights: tuple[Any, Any] | None = None  # the fingerprint the cached keys/values belong to
-        unsupported = _why_no_prefix_cache(model)
+        unsupported = why_no_prefix_cache(model)
         # Plain dynamic layers can be replaced by preallocated ones (the same interface, no copy per step).
         self._preallocate = not unsupported
         self.autocast_dtype = _autocast_dtype(model, self.config.autocast)
@@ -117,7 +118,7 @@ class TransformersPolicy(Policy):
     ) -> TransformersPolicy:
         """Load a model by name, hub id or folder (``None``: the default model) onto the configured device."""
         config = config if config is not None else TransformersConfig()
-        device = _pick_device(config.device)
+        device = choose_device(config.device)
         model, tokenizer = load_pretrained(name_or_path, device=device, dtype=config.dtype)
         return cls(model, tokenizer, config)
 
@@ -197,8 +198,8 @@ class TransformersPolicy(Policy):
         """The prefix cache, emptied first if the weights changed since it was filled; ``None`` when off."""
         if self.prefix_cache is None:
             return None
-        weights = _weights_fingerprint(self.model)
-        if self._weights is not None and not _same_fingerprint(weights, self._weights):
+        weights = weights_fingerprint(self.model)
+        if self._weights is not None and not same_fingerprint(weights, self._weights):
             log.debug("the model's weights changed: prefix cache cleared")
             self.prefix_cache.clear()
         self._weights = weights
@@ -392,9 +393,9 @@ class TransformersPolicy(Policy):
         """The key/value cache of one batch: row b's reused prefix right-aligned in its first ``past``
         positions; room for ``capacity`` positions when the model's layers allow it (no copy per step),
         keys and values held in ``dtype`` (None: as computed)."""
-        cache = _new_cache(self.model, capacity if self._preallocate else None, dtype)
+        cache = new_cache(self.model, capacity if self._preallocate else None, dtype)
         if past:
-            _fill_past(cache, reuse, past)
+            fill_past(cache, reuse, past)
             if self.prefix_cache is not None:
                 # An entry that only this row reads and that its longer sequence will replace is now in the
                 # batch cache: dropped at once, the call does not hold two copies of every conversation.
@@ -426,7 +427,7 @@ class TransformersPolicy(Policy):
         prefix = self.prefix_cache
         if prefix is None:
             return
-        problem = _check_batch_cache(cache, len(batch), seen)
+        problem = check_batch_cache(cache, len(batch), seen)
         if problem:
             log.warning("prefix cache off: %s", problem)
             self.prefix_cache = None
@@ -474,373 +475,6 @@ class TransformersPolicy(Policy):
         return self._tokenizer.decode(tokens, skip_special_tokens=True)
 
 
-def choose_tokens(
-    logits: torch.Tensor, settings: SamplingSettings, generators: list[torch.Generator] | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row of ``logits`` [B, V] and give its log-probability, both [B].
-
-    Greedy (temperature 0): argmax, with the log-prob under ``log_softmax(logits)``. Otherwise
-    ``log_softmax(top_p(top_k(logits / T)))`` is the distribution sampled from, row ``b`` with
-    ``generators[b]``, and the log-prob is read from it.
-    """
-    import torch
-
-    if settings.greedy:
-        chosen = logits.argmax(dim=-1)
-        return chosen, torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
-    if generators is None or len(generators) != logits.shape[0]:
-        raise ValueError("sampling needs one generator per row")
-    scaled = filter_top_p(filter_top_k(logits / settings.temperature, settings.top_k), settings.top_p)
-    logp = torch.log_softmax(scaled, dim=-1)
-    # Inverse transform sampling: one uniform number per row from its generator, located in the row's
-    # cumulative distribution (float64: 49k float32 probabilities would sum with visible rounding). Filtered
-    # tokens have probability 0, a flat step that `right=True` never lands on. torch.multinomial draws one
-    # random number per vocabulary entry instead (4% of a batch's generation time, torch profiler).
-    cdf = logp.double().exp().cumsum(dim=-1)
-    uniform = torch.cat([torch.rand(1, generator=g, device=g.device, dtype=cdf.dtype) for g in generators])
-    target = (uniform * cdf[:, -1]).unsqueeze(-1)
-    chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
-    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
-
-
-def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the ``k`` largest logits of each row (ties at the k-th value are kept); 0 keeps all."""
-    if k <= 0 or k >= logits.shape[-1]:
-        return logits
-    kth = logits.topk(k, dim=-1).values[:, -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep the most likely tokens of each row until their probability reaches ``p`` (always at least one)."""
-    import torch
-
-    if p >= 1.0:
-        return logits
-    ordered, index = logits.sort(dim=-1, descending=True)
-    probs = torch.softmax(ordered, dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop_sorted = mass_before >= p
-    drop = drop_sorted.scatter(-1, index, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-class _Entry:
-    """The keys/values of one token sequence: ``kv`` [layers, 2 (keys, values), heads, len(tokens), dim]."""
-
-    __slots__ = ("kv", "pins", "tokens")
-
-    def __init__(self, tokens: tuple[int, ...], kv: torch.Tensor) -> None:
-        self.tokens = tokens
-        self.kv = kv
-        self.pins = 0  # rows of the current call that will read this entry: it is not evicted meanwhile
-
-
-class Reuse(NamedTuple):
-    """What a row takes from the prefix cache: the first ``length`` positions of ``entry`` (0: nothing)."""
-
-    entry: _Entry | None
-    length: int
-
-
-NO_REUSE = Reuse(None, 0)
-
-
-class PrefixCache:
-    """Keys/values of past sequences, keyed by their token ids, at most ``max_tokens`` tokens in all.
-
-    ``lookup(prompt)`` finds the entry sharing the longest prefix with ``prompt`` (at most all but its last
-    token, whose logits the model must still compute) and pins it until :meth:`release` or
-    :meth:`unpin_all`; ``add`` stores an entry, dropping the one it extends and then the least recently used
-    unpinned entries until it fits (it is not stored if it cannot fit). Entries are stored on the model's
-    device, without padding. ``stats`` counts rows looked up, rows that reused a prefix and tokens reused.
-    A lookup compares the prompt with every entry (C-speed tuple slices, a binary search on a partial match):
-    cheap for the hundreds of entries a budget of tokens allows.
-    """
-
-    def __init__(self, max_tokens: int) -> None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"prefix cache max_tokens must be a positive integer, got {max_tokens!r}")
-        self.max_tokens = max_tokens
-        self.tokens = 0
-        self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()  # least recently used first
-        self.stats = {"rows": 0, "hits": 0, "reused_tokens": 0}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.tokens = 0
-
-    def lookup(self, prompt: Sequence[int], *, whole: bool = False) -> Reuse:
-        """The longest cached prefix of ``prompt``, pinned; all of it when ``whole`` (for a prompt that is
-        only encoded, not continued), else at most all but its last token."""
-        best, best_length = self._longest(tuple(prompt), len(prompt) if whole else len(prompt) - 1)
-        self.stats["rows"] += 1
-        if best is None:
-            return NO_REUSE
-        self._entries.move_to_end(best.tokens)
-        best.pins += 1
-        self.stats["hits"] += 1
-        self.stats["reused_tokens"] += best_length
-        return Reuse(best, best_length)
-
-    def covered(self, prompt: Sequence[int]) -> int:
-        """How many first tokens of ``prompt`` an entry holds (nothing is pinned or counted)."""
-        return self._longest(tuple(prompt), len(prompt))[1]
-
-    def _longest(self, key: tuple[int, ...], limit: int) -> tuple[_Entry | None, int]:
-        best: _Entry | None = None
-        best_length = 0
-        for entry in reversed(self._entries.values()):  # most recent first: a continuation is usually there
-            length = _common_prefix_length(key, entry.tokens, limit, best_length)
-            if length > best_length:
-                best, best_length = entry, length
-        return best, best_length
-
-    def release(self, entry: _Entry | None) -> None:
-        if entry is not None and entry.pins > 0:
-            entry.pins -= 1
-
-    def unpin_all(self) -> None:
-        for entry in self._entries.values():
-            entry.pins = 0
-
-    def add(self, tokens: tuple[int, ...], kv: torch.Tensor, replaces: _Entry | None = None) -> bool:
-        """Store ``kv`` for ``tokens``; ``replaces`` (an entry ``tokens`` extend) is dropped unless pinned."""
-        if replaces is not None and replaces.pins == 0 and self._entries.get(replaces.tokens) is replaces:
-            self._drop(replaces.tokens)
-        if tokens in self._entries:
-            self._entries.move_to_end(tokens)
-            return True
-        pinned = sum(len(e.tokens) for e in self._entries.values() if e.pins > 0)
-        if pinned + len(tokens) > self.max_tokens:
-            return False  # it could not fit without dropping an entry a row of this call still reads
-        for key in [k for k, e in self._entries.items() if e.pins == 0]:
-            if self.tokens + len(tokens) <= self.max_tokens:
-                break
-            self._drop(key)
-        self._entries[tokens] = _Entry(tokens, kv)
-        self.tokens += len(tokens)
-        return True
-
-    def discard(self, entry: _Entry) -> None:
-        """Forget ``entry`` now (its reader holds a copy of what it needs)."""
-        if self._entries.get(entry.tokens) is entry:
-            self._drop(entry.tokens)
-
-    def _drop(self, key: tuple[int, ...]) -> None:
-        self.tokens -= len(self._entries.pop(key).tokens)
-
-
-# Finished rows leave the batch once they are at least 1 / COMPACT_SHARE of it (each compaction copies the
-# cache of the rows that stay, about the cost of one decoding step's cache append).
-COMPACT_SHARE = 4
-SHARED_PREFIX_MIN_TOKENS = 32  # shorter shared prefixes are not worth a forward pass of their own
-
-
-def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int) -> list[tuple[int, ...]]:
-    """The prefixes of at least ``min_tokens`` tokens that two or more of ``prompts`` share, shortest
-    first: the longest common prefix of each pair of neighbours in sorted order (every pair's longest
-    common prefix is one of them or a prefix of one), at most all but the last token of the shorter prompt
-    (its logits must still be computed)."""
-    counts = Counter(tuple(p) for p in prompts)
-    # The same prompt more than once: all but its last token.
-    found = {p[:-1] for p, n in counts.items() if n > 1 and len(p) - 1 >= min_tokens}
-    for a, b in itertools.pairwise(sorted(counts)):
-        limit = min(len(a), len(b)) - 1
-        length = _common_prefix_length(a, b, limit, 0)
-        if length >= min_tokens:
-            found.add(a[:length])
-    return sorted(found, key=lambda p: (len(p), p))
-
-
-def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...], limit: int, floor: int) -> int:
-    """The length of the longest common prefix of ``a`` and ``b``, at most ``limit``; 0 when it is not longer
-    than ``floor`` (the caller has one that long already)."""
-    high = min(len(a), len(b), limit)
-    if high <= floor or a[: floor + 1] != b[: floor + 1]:
-        return 0
-    if a[:high] == b[:high]:
-        return high
-    low = floor + 1  # a[:low] == b[:low] and a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
-def _why_no_prefix_cache(model: PreTrainedModel) -> str:
-    """Why the model's key/value cache cannot be rebuilt from stored tensors, or "" when it can."""
-    try:
-        from transformers.cache_utils import DynamicLayer
-    except ImportError:
-        return "this transformers version has no DynamicLayer"
-    cache = _new_cache(model)
-    layers = getattr(cache, "layers", None)
-    if layers is None:
-        return f"{type(cache).__name__} has no layers"
-    if not layers:
-        replicated = getattr(cache, "layer_class_to_replicate", None)
-        return "" if replicated is DynamicLayer else f"cache layers of type {replicated!r}"
-    kinds = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
-    return f"the model's cache has {', '.join(kinds)} layers (only DynamicLayer works)" if kinds else ""
-
-
-def _check_batch_cache(cache: Any, rows: int, seen: int) -> str:
-    """What is wrong with a filled batch cache for the prefix cache ("" when every layer holds [rows, heads,
-    seen, dim] tensors of one shape and dtype)."""
-    layers = getattr(cache, "layers", None)
-    first = getattr(layers[0], "keys", None) if layers else None
-    if first is None or first.dim() != 4:
-        return "the model's cache does not hold [batch, heads, positions, head_dim] keys per layer"
-    shape = (rows, first.shape[1], seen, first.shape[3])
-    for layer in layers:
-        for states in (layer.keys, layer.values):
-            if states is None or states.dim() != 4 or tuple(states.shape) != shape:
-                found = None if states is None else tuple(states.shape)
-                return f"a cache layer holds {found}, not {shape} (batch, heads, positions, head_dim)"
-            if states.dtype != first.dtype:
-                return "cache layers of different dtypes"
-    return ""
-
-
-def _fill_past(cache: Any, reuse: list[Reuse], past: int) -> None:
-    """Fill an empty cache with, per layer, row b's reused keys/values right-aligned in ``past`` positions
-    (zeros before them: masked padding)."""
-    sample = next(r.entry.kv for r in reuse if r.entry is not None)
-    layers, _, heads, _, dim = sample.shape
-    for i in range(layers):  # one layer at a time: the padded copy is transient
-        kv = sample.new_zeros((2, len(reuse), heads, past, dim))
-        for b, r in enumerate(reuse):
-            if r.entry is not None and r.length:
-                kv[:, b, :, past - r.length :] = r.entry.kv[i, :, :, : r.length]
-        cache.update(kv[0], kv[1], i)
-
-
-@functools.cache
-def _growing_layer_class() -> type:
-    """:class:`GrowingLayer` (defined on first use: this module imports transformers lazily)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """A ``DynamicLayer`` whose keys and values are views of buffers with room for ``capacity`` positions.
-
-        ``DynamicLayer.update`` concatenates: every decoding step copies the whole cache of every layer (a
-        quarter of the CPU time of a batch of 32 at 64 new tokens, measured with the torch profiler). Here
-        ``update`` writes the new positions in place and the buffers double when full. ``keys``/``values``
-        are always the filled part ``[batch, heads, :length, dim]``, so what reads a ``DynamicLayer`` reads
-        this one alike.
-        """
-
-        def __init__(self, capacity: int, dtype: torch.dtype | None = None) -> None:
-            super().__init__()
-            self.capacity = max(1, capacity)
-            self.dtype = dtype  # keys and values are stored in it (None: as they come)
-            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-            self._length = 0
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-            # Under bfloat16 autocast (ours, or accelerate's around a model trained with bf16) keys arrive in
-            # float32 (rotary embeddings promote them) and values in bfloat16; attention computes in bfloat16
-            # all the same, so both are kept in it.
-            dtype = self.dtype or (value_states.dtype if key_states.dtype != value_states.dtype else None)
-            if dtype is not None:
-                key_states, value_states = key_states.to(dtype), value_states.to(dtype)
-            if not self.is_initialized:
-                self.device = key_states.device
-                self.is_initialized = True
-            end = self._length + key_states.shape[-2]
-            if self._buffers is None or end > self._buffers[0].shape[-2]:
-                self._reserve(key_states, value_states, max(end, self.capacity, 2 * self._length))
-            keys, values = self._buffers
-            keys[:, :, self._length : end].copy_(key_states)
-            values[:, :, self._length : end].copy_(value_states)
-            self._length = end
-            self.keys, self.values = keys[:, :, :end], values[:, :, :end]
-            return self.keys, self.values
-
-        def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, room: int) -> None:
-            def buffer(states: torch.Tensor, old: torch.Tensor | None) -> torch.Tensor:
-                batch, heads, _, dim = states.shape
-                new = states.new_empty((batch, heads, room, dim))
-                if old is not None and self._length:
-                    new[:, :, : self._length].copy_(old[:, :, : self._length])
-                return new
-
-            old = self._buffers or (None, None)
-            self._buffers = (buffer(key_states, old[0]), buffer(value_states, old[1]))
-
-        def get_seq_length(self) -> int:
-            return self._length
-
-        def reset(self) -> None:
-            self._buffers, self._length = None, 0
-            super().reset()
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove > 0:
-                raise ValueError("crop takes the negative number of positions to remove")
-            if tokens_to_remove and self._buffers is not None:
-                self._length = max(0, self._length + tokens_to_remove)
-                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self._buffers is not None:
-                self._buffers = tuple(b[indices] for b in self._buffers)  # type: ignore[assignment]
-                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            if self._buffers is not None:
-                self._buffers = tuple(b.repeat_interleave(repeats, dim=0) for b in self._buffers)  # type: ignore[assignment]
-                self.keys, self.values = (b[:, :, : self._length] for b in self._buffers)
-
-    return GrowingLayer
-
-
-def _weights_fingerprint(model: PreTrainedModel) -> tuple[Any, Any]:
-    """A cheap identity of the weights: each parameter's storage and version counter, and a strided sample of
-    its values (fused optimisers update in place without bumping version counters). About 4 ms for 135M
-    parameters on a CPU."""
-    import torch
-
-    params = [p for p in model.parameters() if p.device.type != "meta"]
-    identity = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
-    with torch.no_grad():
-        values = [p.detach().reshape(-1)[:: max(1, p.numel() // 16)].float() for p in params]
-        sample = torch.cat(values) if values else torch.zeros(0)
-    return identity, sample
-
-
-def _same_fingerprint(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
-    import torch
-
-    return a[0] == b[0] and a[1].shape == b[1].shape and bool(torch.equal(a[1], b[1]))
-
-
-def _new_cache(model: PreTrainedModel, capacity: int | None = None, dtype: Any = None) -> Any:
-    """An empty dynamic key/value cache, filled in place by each forward pass; with ``capacity``, its layers
-    are ``GrowingLayer`` s (:func:`_growing_layer_class`) with room for that many positions (only for a
-    cache of plain ``DynamicLayer`` s: the caller checks with :func:`_why_no_prefix_cache`), holding keys
-    and values in ``dtype`` (None: as they come)."""
-    from transformers import DynamicCache
-
-    try:
-        cache = DynamicCache(config=model.config)
-    except TypeError:  # older transformers: no config argument
-        cache = DynamicCache()
-    if capacity is not None:
-        if cache.layers:
-            cache.layers = [_growing_layer_class()(capacity, dtype) for _ in cache.layers]
-        else:
-            cache.layer_class_to_replicate = functools.partial(_growing_layer_class(), capacity, dtype)
-    return cache
-
-
 def _autocast_dtype(model: PreTrainedModel, setting: str) -> Any:
     """The dtype generation autocasts to (None: none), from ``TransformersConfig.autocast``."""
     import torch
@@ -851,11 +485,3 @@ def _autocast_dtype(model: PreTrainedModel, setting: str) -> Any:
     if setting == "bfloat16":
         return torch.bfloat16
     return torch.bfloat16 if first.device.type == "cpu" and cpu_has_fast_bf16() else None
-
-
-def _pick_device(device: str) -> str:
-    import torch
-
-    if device != "auto":
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
