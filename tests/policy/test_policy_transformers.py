@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from spade_rl.policy import SamplingSettings, TransformersConfig, tiny_random_model
-from spade_rl.policy.transformers_backend import TransformersPolicy, filter_top_k, filter_top_p
+from spade_rl.policy.sampling import filter_top_k, filter_top_p
+from spade_rl.policy.transformers_backend import TransformersPolicy
 
 CHATS = [
     [{"role": "user", "content": "Hi"}],
@@ -48,9 +49,7 @@ def test_prompts_come_from_the_tokenizer_chat_template(tiny_policy: Transformers
         )
         assert g.prompt_text.endswith("<|im_start|>assistant\n")
     assert tiny_policy.render(CHATS[0]) == list(generations[0].prompt_token_ids)
-    assert tiny_policy.render_chat(CHATS, add_generation_prompt=False)[1][-2:] == tokenizer.encode(
-        "<|im_end|>\n"
-    )
+    assert tiny_policy.render(CHATS[1], add_generation_prompt=False)[-2:] == tokenizer.encode("<|im_end|>\n")
 
 
 def test_batched_left_padded_greedy_matches_one_at_a_time(tiny_policy: TransformersPolicy) -> None:

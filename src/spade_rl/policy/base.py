@@ -257,10 +257,6 @@ class Policy:
         """Token ids of ``messages`` under the chat template (with the assistant header when asked)."""
         return self._render(check_chats([messages])[0], add_generation_prompt=add_generation_prompt)[1]
 
-    def render_chat(self, chats: Sequence[Chat], *, add_generation_prompt: bool = True) -> list[list[int]]:
-        """:meth:`render` for each chat of a batch."""
-        return [self._render(c, add_generation_prompt=add_generation_prompt)[1] for c in check_chats(chats)]
-
     def render_suffix(
         self, previous: Chat, messages: Chat, *, add_generation_prompt: bool = True
     ) -> list[int]:
