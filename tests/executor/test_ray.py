@@ -27,7 +27,6 @@ from fixture_envs import HANGS, PARITY, SCRIPTED
 from spade_rl.design import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor import ExecutorConfig, ExecutorError, LocalExecutor
-from spade_rl.executor.loopback import LoopbackCluster
 from spade_rl.executor.ray_executor import RayExecutor
 from spade_rl.loop.config import load_config
 from spade_rl.loop.run import SelfPlay
@@ -35,6 +34,7 @@ from spade_rl.policy import FakePolicy, default_tokenizer, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 from spade_rl.sandbox import SandboxConfig
+from spade_rl.testing.loopback_cluster import LoopbackCluster
 
 pytestmark = pytest.mark.slow
 

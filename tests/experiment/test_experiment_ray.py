@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from spade_rl.executor.loopback import LoopbackCluster
 from spade_rl.experiment import ExperimentError, load_experiment, run_experiment
+from spade_rl.testing.loopback_cluster import LoopbackCluster
 
 BODY = """
 [experiment]

@@ -26,9 +26,9 @@ from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
 from spade_rl.loop.updating import InferenceOnlyUpdater, make_updater, trainer_weights
 from spade_rl.policy import FakePolicy, ServersConfig, tiny_random_model
-from spade_rl.policy.fake_vllm import FakeVLLMServer, LoopbackTransport
 from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
+from spade_rl.testing.fake_vllm import FakeVLLMServer, LoopbackTransport
 from spade_rl.train import Sample
 
 DESIGN = designer_output(PARITY)

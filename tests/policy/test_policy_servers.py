@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from spade_rl.policy import PolicyConfig, PolicyError, SamplingSettings, ServersConfig, make_policy
-from spade_rl.policy.fake_vllm import SERVED_MODEL, FakeVLLMServer
 from spade_rl.policy.servers import ServerPolicy, split_evenly
 from spade_rl.policy.transformers_backend import TransformersPolicy
+from spade_rl.testing.fake_vllm import SERVED_MODEL, FakeVLLMServer
 
 CHATS = [[{"role": "user", "content": f"Count to {k}."}] for k in range(5)]
 GREEDY = SamplingSettings(max_new_tokens=6, temperature=0)

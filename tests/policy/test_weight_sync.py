@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from spade_rl.policy import PolicyError, SamplingSettings, ServersConfig
-from spade_rl.policy.fake_vllm import FakeVLLMServer, LoopbackTransport
 from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.policy.weight_sync import (
@@ -27,6 +26,7 @@ from spade_rl.policy.weight_sync import (
     VLLMNCCLTransport,
     make_weight_sync,
 )
+from spade_rl.testing.fake_vllm import FakeVLLMServer, LoopbackTransport
 
 CHAT = [{"role": "user", "content": "Say a word."}]
 GREEDY = SamplingSettings(max_new_tokens=8, temperature=0)

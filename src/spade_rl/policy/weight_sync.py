@@ -26,7 +26,8 @@ block in the NCCL receive, so they run in threads) while the trainer broadcasts 
 (``vllm.distributed.weight_transfer.packed_tensor.packed_nccl_broadcast_producer``), then
 ``/finish_weight_update`` with the version. The trainer needs a CUDA device of its own (NCCL refuses two ranks
 on one GPU) and vllm installed; the data plane is a :class:`VLLMNCCLTransport`, replaceable by any object with
-``connect(host, port, world_size)`` and ``broadcast(named_tensors)`` (the tests' loopback one).
+``connect(host, port, world_size)`` and ``broadcast(named_tensors)`` (the tests use
+``spade_rl.testing.fake_vllm.LoopbackTransport``).
 
 ``disk`` (:class:`DiskWeightSync`) writes the tensors as safetensors shards into a fresh folder under
 ``sync_dir`` and has every server reload them: ``POST /collective_rpc {"method": "reload_weights", "kwargs":
