@@ -64,3 +64,18 @@ def test_config_errors_name_allowed_values():
         PromptConfig(setting="board")
     with pytest.raises(ValueError, match="inline"):
         PromptConfig(hint_mode="both")
+
+
+def test_the_prompt_states_the_limits_the_parser_enforces():
+    from spade_rl.design.parse import HintRules, check_hint
+
+    rules = HintRules(max_words=7, max_sentences=1)
+    user = designer_chat("doc", "math", config=PromptConfig(hint=rules))[1]["content"]
+    assert "1 sentence, at most 7 words" in user
+    assert "1-3 sentences, at most 100 words" in designer_chat("doc", "math")[1]["content"]
+    assert (
+        "1 sentence, at most 7 words" in hint_chat(reference.source("maze"), "spatial", rules)[1]["content"]
+    )
+    assert check_hint("one two three four five six seven.", rules).ok
+    assert check_hint("one two three four five six seven eight.", rules).reason == "hint_too_long"
+    assert check_hint("One. Two.", rules).reason == "hint_too_long"

@@ -77,6 +77,44 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
         load_config(None, ['design.validation.extra_imports=["numpy"]'])
 
 
+def test_derived_values_are_refused_when_set_apart_and_used_when_equal(monkeypatch):
+    """design.n is loop.designs_per_iteration, prompt.setting / hint_mode are design's own: never
+    rewritten behind the user's back."""
+    with pytest.raises(ConfigError, match=r"design\.n \(8\) is loop\.designs_per_iteration \(4\)"):
+        load_config(None, ["design.n=8"])
+    assert load_config(None, ["design.n=4"]).design.n == 4  # the same value: used
+    assert load_config(None, ["loop.designs_per_iteration=2"]).design_phase.n == 2  # unset: derived
+    with pytest.raises(ConfigError, match=r"prompt\.setting is design\.setting \('games'\)"):
+        load_config(None, ["design.prompt.setting='tool_use'"])
+    with pytest.raises(ConfigError, match=r"prompt\.hint_mode is design\.hint_mode"):
+        load_config(None, ["design.prompt.hint_mode='separate'"])
+    config = load_config(None, ["design.hint_mode='separate'"])
+    assert config.design.chat_prompt.hint_mode == "separate"
+    # The hint limits: one object that the prompt states and the parser enforces.
+    config = load_config(
+        None, ["design.prompt.hint.max_words=12", "design.form='module'", "warmup.designs=0"]
+    )
+    assert config.design.prompt.hint.max_words == 12
+    with pytest.raises(ConfigError, match=r"max_words must be a whole number of at least 1"):
+        load_config(None, ["design.prompt.hint.max_words=0"])
+
+
+def test_a_config_does_not_depend_on_the_launch_until_it_is_launched(monkeypatch):
+    from spade_rl.loop.config import RunConfig
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = RunConfig()  # building a configuration never reads the environment
+    with pytest.raises(ConfigError, match=r"warm-up trains the model of a single process.*2 processes"):
+        config.check_launch(2)
+    config.check_launch(1)
+    with pytest.raises(ConfigError, match=r"warm-up trains the model of a single process"):
+        load_config()  # the launch of this process: WORLD_SIZE
+    assert load_config(processes=1).warmup.designs == 48
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE='two' is not a number of processes"):
+        load_config()
+
+
 def run_dir_state(run_dir: Path) -> tuple[list[int], list[tuple[int, int]]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     with sqlite3.connect(run_dir / "archive.sqlite") as db:

@@ -10,8 +10,8 @@ call parsed by ``parse_hint``). Parsing never raises: every outcome is a ``Parse
 - ``multiple_env_classes``: more than one distinct ``*Env`` class across the blocks;
 - ``no_env_class``: code, but no ``*Env`` class in it;
 - ``syntax_error``: the chosen block does not parse;
-- ``missing_hint`` / ``hint_too_long``: no hint, or more than ``max_hint_words`` words or
-  ``max_hint_sentences`` sentences.
+- ``missing_hint`` / ``hint_too_long``: no hint, or more than ``HintRules.max_words`` words or
+  ``HintRules.max_sentences`` sentences.
 """
 
 from __future__ import annotations
@@ -42,8 +42,22 @@ class Parsed:
 
 @dataclass(frozen=True)
 class HintRules:
+    """What a hint may be: the designer's prompt states these limits and the parser enforces them (both
+    read this one object: ``design.prompt.hint`` in a run's config)."""
+
     max_words: int = 100
     max_sentences: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("max_words", "max_sentences"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"hint {name} must be a whole number of at least 1, got {value!r}")
+
+    def describe(self) -> str:
+        """The limits as the prompt states them: "1-3 sentences, at most 100 words"."""
+        sentences = "1 sentence" if self.max_sentences == 1 else f"1-{self.max_sentences} sentences"
+        return f"{sentences}, at most {self.max_words} words"
 
 
 def _env_classes(code: str) -> list[str] | None:

@@ -8,7 +8,9 @@ tokenizer's chat template, never with hand-written special tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from spade_rl.design.parse import HintRules
 
 GAME_SKILLS = ("math", "logic", "spatial", "pattern", "optimisation", "causal")
 TOOL_USE_SKILLS = ("retail", "travel", "calendar", "banking", "files", "data lookup")
@@ -63,16 +65,23 @@ class MemoryExample:
 
 @dataclass(frozen=True)
 class PromptConfig:
-    setting: str = "games"
-    hint_mode: str = "inline"
+    """How the designer is asked. ``setting`` and ``hint_mode`` default to "games" and "inline" on their
+    own; inside a design phase (``DesignPhaseConfig``) they are the phase's own, and setting them to
+    anything else there is refused. ``hint``: the limits the prompt states and the parser enforces."""
+
+    setting: str | None = None
+    hint_mode: str | None = None
     max_document_words: int = 1500
     max_example_chars: int = 3000
+    hint: HintRules = field(default_factory=HintRules)
 
     def __post_init__(self) -> None:
-        if self.setting not in SETTINGS:
+        if self.setting is not None and self.setting not in SETTINGS:
             raise ValueError(f"prompt setting {self.setting!r} is not one of {list(SETTINGS)}")
-        if self.hint_mode not in HINT_MODES:
+        if self.hint_mode is not None and self.hint_mode not in HINT_MODES:
             raise ValueError(f"hint_mode {self.hint_mode!r} is not one of {list(HINT_MODES)}")
+        if not isinstance(self.hint, HintRules):
+            raise ValueError(f"prompt hint must be HintRules, got {type(self.hint).__name__}")
         if self.max_document_words < 1 or self.max_example_chars < 200:
             raise ValueError("max_document_words must be >= 1 and max_example_chars >= 200")
 
@@ -105,7 +114,7 @@ def designer_chat(
 ) -> list[dict]:
     """The chat that asks for one environment (and, in inline hint mode, its hint); an empty
     ``document`` leaves the grounding out, no ``examples`` the memory."""
-    setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES
+    setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES  # None: games
     system = (
         "You design executable training environments for an AI agent. "
         "You write correct, self-contained Python.\n\n" + _CONTRACT + "\n\n" + setting_rules
@@ -133,9 +142,9 @@ def designer_chat(
             "ones:\n\n" + "\n\n".join(blocks)
         )
     answer = "Answer with the complete module in one ```python code block"
-    if config.hint_mode == "inline":
+    if config.hint_mode in ("inline", None):
         answer += (
-            ", then a hint for the agent between <hint> and </hint>: 1-3 sentences, under 100 words, "
+            f", then a hint for the agent between <hint> and </hint>: {config.hint.describe()}, "
             "a strategy that helps, never the answer itself."
         )
     else:
@@ -144,7 +153,7 @@ def designer_chat(
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def hint_chat(source: str, skill: str = "") -> list[dict]:
+def hint_chat(source: str, skill: str = "", rules: HintRules = HintRules()) -> list[dict]:
     """The second call of the two-call mode: read the environment and write the privileged hint."""
     system = "You write short hints that help an AI agent solve a task without giving the answer away."
     user = (
@@ -152,7 +161,7 @@ def hint_chat(source: str, skill: str = "") -> list[dict]:
         + (f" (skill: {skill})" if skill else "")
         + ":\n```python\n"
         + source.rstrip()
-        + "\n```\nWrite a hint for the agent between <hint> and </hint>: 1-3 sentences, under 100 words, "
+        + f"\n```\nWrite a hint for the agent between <hint> and </hint>: {rules.describe()}, "
         "a strategy or insight that makes winning easier. Never state the answer, the secret or the "
         "exact winning actions."
     )

@@ -243,7 +243,6 @@ def _default_loop() -> LoopConfig:
 def _default_design() -> DesignPhaseConfig:
     # A design is about 8 lines (a QuestionTask subclass), grounded in 120 words of a document.
     return DesignPhaseConfig(
-        n=4,
         form="question",
         max_new_tokens=200,
         prompt=PromptConfig(max_document_words=120, max_example_chars=1200),
@@ -320,11 +319,6 @@ class RunConfig:
                     "the warm-up trains the in-process model: it needs policy.backend = 'transformers', "
                     f"got {self.policy.backend!r}; set warmup.designs = 0 with this backend"
                 )
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-                raise ConfigError(
-                    "the warm-up trains the model of a single process, not under accelerate launch "
-                    f"(WORLD_SIZE={os.environ['WORLD_SIZE']}): set warmup.designs = 0"
-                )
         preloaded = {name.split(".")[0] for name in self.sandbox.preload}  # "numpy.linalg" loads numpy
         unloaded = [m for m in self.design.validation.extra_imports if m not in preloaded]
         if unloaded:
@@ -334,8 +328,11 @@ class RunConfig:
                 f"itself; add them to sandbox.preload (it holds {len(self.sandbox.preload)} modules) or "
                 "drop them from extra_imports"
             )
-        if self.design.n != loop.designs_per_iteration:
-            object.__setattr__(self, "design", dataclasses.replace(self.design, n=loop.designs_per_iteration))
+        if self.design.n is not None and self.design.n != loop.designs_per_iteration:
+            raise ConfigError(
+                f"design.n ({self.design.n}) is loop.designs_per_iteration ({loop.designs_per_iteration}) "
+                "in a run and cannot differ from it: set loop.designs_per_iteration (and leave design.n out)"
+            )
         if self.design.validation.max_turns != self.rollout.max_turns:
             # Validate environments with the turn limit they will be played with.
             validation = dataclasses.replace(self.design.validation, max_turns=self.rollout.max_turns)
@@ -346,20 +343,6 @@ class RunConfig:
                 f"train.num_generations ({group}) is the size of a GRPO group: it must be at least "
                 f"loop.plays_per_env ({loop.plays_per_env}) and loop.designs_per_iteration "
                 f"({loop.designs_per_iteration})"
-            )
-        designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
-        if not self.designer.trains:
-            designer_blocks = 0  # no designer sample reaches the update
-        # Under `accelerate launch` each of WORLD_SIZE processes trains whole groups (loop/distributed.py).
-        processes = int(os.environ.get("WORLD_SIZE", "1"))
-        blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
-        if train.rows_per_update < group * blocks:
-            raise ConfigError(
-                f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
-                f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
-                f"each of {processes} process(es) (blocks of num_generations={group} for "
-                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s)): raise the "
-                "batch or accumulation, or play fewer environments"
             )
         frozen = self.designer.policy
         if frozen is not None and frozen.backend == "servers" and frozen.servers.weight_sync != "none":
@@ -383,6 +366,37 @@ class RunConfig:
             )
         if self.eval.every > 0:
             self.eval.check_suites()
+
+    @property
+    def design_phase(self) -> DesignPhaseConfig:
+        """The design phase of one iteration: ``design`` with ``n`` = loop.designs_per_iteration (derived
+        here only; the stored ``design.n`` stays as it was given, so that a saved configuration carries
+        no derived value)."""
+        return dataclasses.replace(self.design, n=self.loop.designs_per_iteration)
+
+    def check_launch(self, processes: int) -> None:
+        """Refuse what this configuration cannot do with ``processes`` processes (``accelerate launch``
+        starts several, each training whole groups of its share: loop/distributed.py). The configuration
+        itself does not depend on the launch; :func:`load_config` calls this for the launch it runs in."""
+        loop, train = self.loop, self.train
+        group = train.num_generations
+        if processes > 1 and self.warmup.enabled:
+            raise ConfigError(
+                "the warm-up trains the model of a single process, not under accelerate launch "
+                f"({processes} processes): set warmup.designs = 0"
+            )
+        designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
+        if not self.designer.trains:
+            designer_blocks = 0  # no designer sample reaches the update
+        blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
+        if train.rows_per_update < group * blocks:
+            raise ConfigError(
+                f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
+                f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
+                f"each of {processes} process(es) (blocks of num_generations={group} for "
+                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s)): raise the "
+                "batch or accumulation, or play fewer environments"
+            )
 
 
 # --- building dataclasses from plain data ---------------------------------------------------------------
@@ -522,8 +536,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """The run configuration from a TOML (or resolved JSON) file and ``key=value`` overrides."""
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    processes: int | None = None,
+) -> RunConfig:
+    """The run configuration from a TOML (or resolved JSON) file and ``key=value`` overrides, checked
+    for ``processes`` processes (None: those of this launch, ``WORLD_SIZE`` under accelerate launch)."""
     data: dict = {}
     if path is not None:
         path = Path(path)
@@ -540,7 +560,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for override in overrides:
         key, value = parse_override(override)
         _set(data, key, value)
-    return build(RunConfig, data, "")
+    config = build(RunConfig, data, "")
+    config.check_launch(launch_processes() if processes is None else processes)
+    return config
+
+
+def launch_processes() -> int:
+    """How many processes this launch has: ``WORLD_SIZE`` as torchrun / accelerate launch set it, else 1."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(value))
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE={value!r} is not a number of processes") from None
 
 
 def load_run_config(config_path: Path | None, overrides: list[str], run_dir: Path, resume: bool) -> RunConfig:

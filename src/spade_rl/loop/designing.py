@@ -47,7 +47,13 @@ FORMS = ("module", "question")
 
 @dataclass(frozen=True)
 class DesignPhaseConfig:
-    n: int = 4  # environments proposed per design phase
+    """One design phase. ``n``: environments proposed per phase; in a run it is
+    ``loop.designs_per_iteration`` (leave it unset; a different value is refused), standalone it must be
+    given. ``prompt.setting`` and ``prompt.hint_mode`` are this phase's ``setting`` and ``hint_mode``
+    (unset, they are copied; set to anything else, refused); ``prompt.hint`` holds the hint limits that
+    the prompt states and the parser enforces."""
+
+    n: int | None = None
     setting: str = "games"
     skills: tuple[str, ...] = ()  # empty: the defaults of the setting
     hint_mode: str = "inline"  # inline: code and hint in one answer; separate: a second call
@@ -65,8 +71,8 @@ class DesignPhaseConfig:
     form: str = "module"
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"design n must be at least 1, got {self.n}")
+        if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1):
+            raise ValueError(f"design n must be a whole number of at least 1, got {self.n!r}")
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
         if self.form == "question" and self.setting != "games":
@@ -79,18 +85,18 @@ class DesignPhaseConfig:
                 f"design form 'question' has example designs for the skills {sorted(kits.EXAMPLES)}; "
                 f"got {list(self.skill_list)}"
             )
-        if self.prompt.setting != self.setting or self.prompt.hint_mode != self.hint_mode:
-            # One place decides the setting and the hint mode: copy them into the prompt config.
-            object.__setattr__(
-                self,
-                "prompt",
-                PromptConfig(
-                    self.setting,
-                    self.hint_mode,
-                    self.prompt.max_document_words,
-                    self.prompt.max_example_chars,
-                ),
-            )
+        for name in ("setting", "hint_mode"):
+            given = getattr(self.prompt, name)
+            if given is not None and given != getattr(self, name):
+                raise ValueError(
+                    f"design prompt.{name} is design.{name} ({getattr(self, name)!r}); it cannot be set to "
+                    f"{given!r} apart from it: set design.{name} (and leave prompt.{name} out)"
+                )
+
+    @property
+    def chat_prompt(self) -> PromptConfig:
+        """The prompt settings with this phase's setting and hint mode (decided here, in one place)."""
+        return dataclasses.replace(self.prompt, setting=self.setting, hint_mode=self.hint_mode)
 
     @property
     def skill_list(self) -> tuple[str, ...]:
@@ -231,6 +237,8 @@ def design_environments(
     iteration: int,
 ) -> list[DesignOutcome]:
     """Propose ``config.n`` environments, validate them and record them all in the archive."""
+    if config.n is None:
+        raise ValueError("DesignPhaseConfig.n is not set: say how many environments to propose")
     skills = config.skill_list
     plans = []
     for index in range(config.n):
@@ -239,10 +247,12 @@ def design_environments(
         memory = archive.sample_memory(rng, setting=config.setting) if config.memory else None
         text, title = (document.text, document.title or "") if document is not None else ("", "")
         if config.form == "question":
-            chat = question_designer_chat(text, skill, _question_example(memory, skill), config.prompt, title)
+            chat = question_designer_chat(
+                text, skill, _question_example(memory, skill), config.chat_prompt, title
+            )
         else:
             examples = _memory_examples(memory) if memory is not None else []
-            chat = designer_chat(text, skill, examples, config.prompt, title)
+            chat = designer_chat(text, skill, examples, config.chat_prompt, title)
         document_id = document.id if document is not None else None
         parents = memory.parent_ids if memory is not None else ()
         plans.append((skill, document_id, parents, chat))
@@ -269,7 +279,11 @@ def design_environments(
     else:
         generations = policy.generate(chats, sampling)
         parse = parse_design
-    parsed = [parse(g.text, truncated=g.finish_reason == "length", need_hint=need_hint) for g in generations]
+    rules = config.prompt.hint
+    parsed = [
+        parse(g.text, truncated=g.finish_reason == "length", need_hint=need_hint, rules=rules)
+        for g in generations
+    ]
 
     hint_chats: list[list[dict] | None] = [None] * len(plans)
     hint_generations: list[Generation | None] = [None] * len(plans)
@@ -277,7 +291,8 @@ def design_environments(
         wanted = [i for i, p in enumerate(parsed) if p.ok]
         if wanted:
             chats = [
-                hint_chat(kits.design_part(parsed[i].source) or parsed[i].source, plans[i][0]) for i in wanted
+                hint_chat(kits.design_part(parsed[i].source) or parsed[i].source, plans[i][0], rules)
+                for i in wanted
             ]
             hint_settings = SamplingSettings(
                 max_new_tokens=config.hint_max_new_tokens,
@@ -286,7 +301,9 @@ def design_environments(
                 seed=rng.randrange(2**31),
             )
             for i, chat, generation in zip(wanted, chats, policy.generate(chats, hint_settings), strict=True):
-                hint = parse_hint(generation.text, truncated=generation.finish_reason == "length")
+                hint = parse_hint(
+                    generation.text, truncated=generation.finish_reason == "length", rules=rules
+                )
                 hint_chats[i], hint_generations[i] = chat, generation
                 parsed[i] = Parsed(hint.reason, parsed[i].source, hint.hint, hint.message)
 

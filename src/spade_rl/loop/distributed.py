@@ -27,7 +27,7 @@ pass is a collective every process must join; generation then has to happen on v
 tensors on every process (:func:`spade_rl.loop.updating.trainer_weights`). :meth:`Processes.check` refuses
 the other combinations before anything runs. ``train.per_device_train_batch_size *
 train.gradient_accumulation_steps`` are the rows of one process: the loop's capacity is that times the
-number of processes (``RunConfig`` checks it with ``WORLD_SIZE``).
+number of processes (``RunConfig.check_launch`` checks it for the launch's processes).
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class Processes:
 
     def check(self, config: RunConfig) -> None:
         """Refuse what cannot work with this many processes and this sharding (see the module docstring)."""
+        config.check_launch(self.world_size)
         if not self.distributed:
             return
         backend = config.policy.backend

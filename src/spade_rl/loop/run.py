@@ -163,7 +163,7 @@ class SelfPlay:
             t = time.perf_counter()
             designer = self.designer_policy if self.designer_policy is not None else self.policy
             outcomes = design_environments(
-                designer, self.corpus, self.archive, self.executor, cfg.design, rng, i
+                designer, self.corpus, self.archive, self.executor, cfg.design_phase, rng, i
             )
             metrics["time/design_s"] = time.perf_counter() - t
         reasons = Counter(o.reason for o in outcomes)

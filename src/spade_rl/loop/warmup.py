@@ -86,7 +86,7 @@ def warmup_examples(
         else:
             other = corpus.sample(rng, 1)[0].text if design.grounding else ""
             shown = synthetic.synthetic_design(rng, skill, other)[0]
-        chat = question_designer_chat(text, skill, shown, design.prompt, title)
+        chat = question_designer_chat(text, skill, shown, design.chat_prompt, title)
         code, _ = synthetic.synthetic_design(rng, skill, text)
         answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
         examples.append((chat, answer))
