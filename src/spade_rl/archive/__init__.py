@@ -2,7 +2,8 @@
 
 One SQLite file per run; the memory sampler (SPADE step 1) and the training-pool sampler read it.
 
-- :mod:`~spade_rl.archive.store`: :class:`Archive`, the SQLite file (WAL, versioned schema);
+- :mod:`~spade_rl.archive.store`: :class:`Archive`, what is read and written;
+- :mod:`~spade_rl.archive.connection`: the SQLite file (WAL, versioned schema) and its transactions;
 - :mod:`~spade_rl.archive.records`: the records and the duplicate hash;
 - :mod:`~spade_rl.archive.sampling`: frontier weights and the memory pick, as pure functions;
 - :mod:`~spade_rl.archive.jsonl`: the JSONL exchange format;
@@ -29,7 +30,8 @@ from spade_rl.archive.records import (
     source_hash,
 )
 from spade_rl.archive.sampling import frontier_closeness, pool_weight
-from spade_rl.archive.store import SCHEMA_VERSION, Archive
+from spade_rl.archive.schema import SCHEMA_VERSION
+from spade_rl.archive.store import Archive
 
 __all__ = [
     "ORIGINS",

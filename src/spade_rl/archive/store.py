@@ -31,19 +31,18 @@ import json
 import logging
 import os
 import random
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from spade_rl.archive import jsonl
 from spade_rl.archive.config import ArchiveConfig
+from spade_rl.archive.connection import ArchiveConnection
 from spade_rl.archive.records import (
     ORIGINS,
     SETTINGS,
     AddResult,
-    ArchiveError,
     EnvRecord,
     ImportResult,
     IterationStats,
@@ -62,7 +61,7 @@ from spade_rl.archive.records import (
     source_hash,
 )
 from spade_rl.archive.sampling import Candidate, pick_memory, pool_weight, weighted_sample
-from spade_rl.archive.schema import APPLICATION_ID, ENV_COLUMNS, SCHEMA, SCHEMA_VERSION, STATS_COLUMNS
+from spade_rl.archive.schema import ENV_COLUMNS, STATS_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -85,109 +84,18 @@ class Archive:
         self.path = Path(path)
         self.config = config if config is not None else ArchiveConfig()
         self.readonly = readonly
-        self._depth = 0
-        if self.path.is_dir():
-            raise ArchiveError(
-                f"{self.path} is a directory; an archive is a file such as <run>/archive.sqlite"
-            )
-        if not self.path.parent.is_dir():
-            raise FileNotFoundError(f"cannot create an archive in {self.path.parent}: no such directory")
-        if readonly and not self.path.exists():
-            raise FileNotFoundError(f"no archive at {self.path}")
-        uri = f"{self.path.resolve().as_uri()}?mode={'ro' if readonly else 'rwc'}"
-        self._conn = sqlite3.connect(uri, uri=True, timeout=self.config.busy_timeout_s, isolation_level=None)
-        try:
-            self._open()
-        except BaseException:
-            self._conn.close()
-            raise
+        self._db = ArchiveConnection(self.path, self.config, readonly=readonly)
+        self._conn = self._db.conn
 
-    # -- opening and transactions -------------------------------------------------------------------
+    # -- transactions (the file itself: spade_rl.archive.connection) --------------------------------
 
-    def _identify(self) -> tuple[int, int, list[str]]:
-        try:
-            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        except sqlite3.DatabaseError as exc:
-            raise ArchiveError(
-                f"{self.path} is not a spade-rl archive: SQLite cannot read it ({exc}); an archive is "
-                "the archive.sqlite file of a run directory"
-            ) from None
-        return app_id, version, tables
-
-    def _open(self) -> None:
-        app_id, version, tables = self._identify()
-        if app_id == 0 and not tables and not self.readonly:
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                log.warning("archive %s: SQLite refused WAL mode (got %s); readers may wait", self.path, mode)
-            with self._transaction():  # another process may be creating it at the same moment
-                app_id, version, tables = self._identify()
-                if app_id == 0 and not tables:
-                    # executescript() would commit the open transaction first: run statements one by one.
-                    for statement in SCHEMA.split(";"):
-                        if statement.strip():
-                            self._conn.execute(statement)
-                    self._conn.execute("INSERT INTO info VALUES ('created_at', ?)", (str(time.time()),))
-                    self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    app_id, version = APPLICATION_ID, SCHEMA_VERSION
-                    log.info("created archive %s (schema version %d)", self.path, SCHEMA_VERSION)
-        if app_id != APPLICATION_ID:
-            raise ArchiveError(
-                f"{self.path} is a SQLite database but not a spade-rl archive (application_id {app_id}, "
-                f"tables {sorted(tables) or 'none'})"
-            )
-        if version != SCHEMA_VERSION:
-            newer = "a newer" if version > SCHEMA_VERSION else "an older"
-            raise ArchiveError(
-                f"{self.path} has archive schema version {version}, written by {newer} spade-rl; this "
-                f"version reads schema version {SCHEMA_VERSION} only"
-            )
-        if not self.readonly:
-            self._conn.execute(f"PRAGMA synchronous = {self.config.synchronous}")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self) -> AbstractContextManager[None]:
         """A write transaction (``BEGIN IMMEDIATE``); nested inside ``batch()`` it is a savepoint."""
-        if self.readonly:
-            raise ArchiveError(f"archive {self.path} was opened read-only")
-        name = f"sp{self._depth}"
-        self._conn.execute("BEGIN IMMEDIATE" if self._depth == 0 else f"SAVEPOINT {name}")
-        self._depth += 1
-        try:
-            yield
-        except BaseException:
-            self._depth -= 1
-            if self._depth == 0:
-                self._conn.execute("ROLLBACK")
-            else:
-                self._conn.execute(f"ROLLBACK TO {name}")
-                self._conn.execute(f"RELEASE {name}")
-            raise
-        self._depth -= 1
-        try:
-            self._conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
-        except BaseException:
-            if self._depth == 0 and self._conn.in_transaction:  # e.g. disk full: leave no open transaction
-                self._conn.execute("ROLLBACK")
-            raise
+        return self._db.transaction()
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def _snapshot(self) -> AbstractContextManager[None]:
         """A read transaction: several queries see the same committed state."""
-        if self._depth:
-            yield
-            return
-        self._conn.execute("BEGIN")
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            self._conn.execute("COMMIT")
+        return self._db.snapshot()
 
     @contextmanager
     def batch(self) -> Iterator[Archive]:
@@ -196,7 +104,7 @@ class Archive:
             yield self
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> Archive:
         return self
