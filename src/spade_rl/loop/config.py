@@ -18,13 +18,11 @@ import dataclasses
 import json
 import os
 import tomllib
-import types
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from spade_rl.archive import ArchiveConfig
+from spade_rl.configdata import ConfigError, build, parse_override, set_dotted, to_data
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.prompts import PromptConfig
 from spade_rl.envs import reference
@@ -38,10 +36,6 @@ from spade_rl.sandbox import SandboxConfig
 from spade_rl.train import TrainConfig
 
 DESIGNER_GROUPS = ("iteration", "skill")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run: the message names the key and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -399,143 +393,6 @@ class RunConfig:
             )
 
 
-# --- building dataclasses from plain data ---------------------------------------------------------------
-def build(cls: type, data: Any, where: str) -> Any:
-    """An instance of dataclass ``cls`` from a mapping, checking keys and value types recursively.
-    ``where`` is the dotted path of the table ("" for the top level), used in messages."""
-    table = f"[{where}]" if where else "the top level"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{table} must be a table of settings, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    settable = {f.name for f in fields(cls) if f.init}
-    unknown = sorted(set(data) - settable)
-    prefix = f"{where}." if where else ""
-    if unknown:
-        raise ConfigError(
-            f"unknown key {prefix}{unknown[0]}; allowed keys of {table}: {', '.join(sorted(settable))}"
-        )
-    kwargs = {}
-    for f in fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        if (
-            is_dataclass(hints[f.name])
-            and isinstance(value, dict)
-            and f.default_factory is not dataclasses.MISSING
-        ):
-            # A partial table overrides this field's own default (which may differ from the class's).
-            value = _merge(to_data(f.default_factory()), value, hints[f.name])
-        kwargs[f.name] = _coerce(value, hints[f.name], prefix + f.name)
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{table} {exc}" if where else str(exc)) from None
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if is_dataclass(hint):
-        return build(hint, value, where)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, option, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where} has an impossible value {value!r}")
-    if hint is Any:
-        return value
-    if origin is tuple or hint is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        inner = args[0] if args else Any
-        return tuple(_coerce(v, inner, f"{where}[]") for v in value)
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a table, got {value!r}")
-        return dict(value)
-    if origin is frozenset:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return frozenset(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where} cannot be set from a configuration file")
-
-
-def to_data(config: Any) -> Any:
-    """Plain JSON-able data of a configuration (callables, which files cannot set, are left out)."""
-    if is_dataclass(config):
-        return {
-            f.name: to_data(getattr(config, f.name))
-            for f in fields(config)
-            if f.init and not callable(getattr(config, f.name))
-        }
-    if isinstance(config, tuple | list | frozenset):
-        return [to_data(v) for v in (sorted(config) if isinstance(config, frozenset) else config)]
-    if isinstance(config, dict):
-        return {k: to_data(v) for k, v in config.items()}
-    return config
-
-
-def _merge(base: dict, changes: dict, cls: type) -> dict:
-    """``base`` (the data of a dataclass ``cls``) with ``changes``: a table of a nested dataclass is
-    merged key by key, any other value (a plain table such as ``rollout.action_prefix`` included)
-    replaces the default whole, so that ``{}`` empties it."""
-    hints = typing.get_type_hints(cls)
-    merged = dict(base)
-    for key, value in changes.items():
-        hint = hints.get(key)
-        if is_dataclass(hint) and isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value, hint)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _set(data: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override {dotted}: {key} is not a table")
-    node[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``key.sub=value``; the value is read as TOML (``3``, ``0.5``, ``true``, ``'text'``, ``[1, 2]``),
-    and as a plain string when it is not valid TOML."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like section.key=value")
-    key, raw = (part.strip() for part in text.split("=", 1))
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
-
-
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -559,7 +416,7 @@ def load_config(
             ) from None
     for override in overrides:
         key, value = parse_override(override)
-        _set(data, key, value)
+        set_dotted(data, key, value)
     config = build(RunConfig, data, "")
     config.check_launch(launch_processes() if processes is None else processes)
     return config

@@ -36,12 +36,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
-import math
-import os
 import random
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -51,22 +47,18 @@ from pathlib import Path
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
-from spade_rl.executor import Executor, make_executor
-from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config, save_config
+from spade_rl.executor import make_executor
+from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.designing import DesignOutcome, design_environments
 from spade_rl.loop.pool import seed_pool
+from spade_rl.loop.rundir import RunDirectory
 from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
-from spade_rl.rewards import (
-    centred_advantages,
-    designer_reward,
-    invalid_design_reward,
-    regret,
-    zscore_advantages,
-)
+from spade_rl.rewards import centred_advantages, designer_reward, invalid_design_reward, zscore_advantages
 from spade_rl.rollout import Episode, EpisodeSpec, run_episodes
 from spade_rl.sandbox import SandboxPool
+from spade_rl.stats import iteration_means, play_stats
 from spade_rl.train import Sample, sample_from_episode, sample_from_generation
 
 log = logging.getLogger(__name__)
@@ -95,19 +87,13 @@ class SelfPlay:
         self.config = config
         self.run_dir = Path(run_dir)
         self.next_iteration = 1
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            if (self.run_dir / "metrics.jsonl").exists() or (self.run_dir / "checkpoints").exists():
-                raise ConfigError(
-                    f"{self.run_dir} already holds a run; continue it with --resume, or pick a new folder"
-                )
-            save_config(config, self.run_dir / "config.json")
+        self.files = RunDirectory.open(self.run_dir) if resume else RunDirectory.create(self.run_dir, config)
         self.policy = policy if policy is not None else make_policy(config.policy)
         self.corpus = Corpus.from_config(config.corpus)
         # The designer's warm-up (from the cache after the first time): the starting weights of every role.
         warmup = warm_up(self.policy, config.warmup, config.design, self.corpus)
         if warmup:
-            (self.run_dir / "warmup.json").write_text(json.dumps(warmup, indent=2) + "\n")
+            self.files.write_warmup(warmup)
         # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
         self.designer_policy = self._make_designer(designer_policy)
         self._eval_pool_owned: SandboxPool | None = None
@@ -118,15 +104,10 @@ class SelfPlay:
         # Where environments are validated and played: here, or on Ray actors ([executor]).
         self.executor = make_executor(config.executor, config.sandbox)
         self.executor.start()
-        self.archive = Archive(self.run_dir / "archive.sqlite", config.archive)
+        self.archive = Archive(self.files.archive_path, config.archive)
         if resume:
             self._restore()
         seed_pool(self.archive, self.executor, config.pool, config.design.validation)
-
-    @property
-    def pool(self) -> Executor:
-        """Where environments run (the executor: it offers what ``run_episodes`` needs of a pool)."""
-        return self.executor
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> SelfPlay:
@@ -213,7 +194,8 @@ class SelfPlay:
             for key in ("actors_lost", "envs_lost", "retries"):
                 metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
         metrics["time/iteration_s"] = time.perf_counter() - started
-        self._save_transcripts(i, played, rng)
+        episodes = [e for p in played for e in p.nohint + p.hint]
+        self.files.append_transcripts(i, episodes, cfg.loop.transcripts_per_iteration, rng)
         if cfg.eval.every > 0 and i % cfg.eval.every == 0:
             metrics.update(self._evaluate_iteration(i))  # after the update: the weights of iteration i
         return metrics
@@ -253,18 +235,7 @@ class SelfPlay:
         for record in records:
             nohint = [e for e in episodes if e.spec.tag == (record.env_id, False)]
             hint = [e for e in episodes if e.spec.tag == (record.env_id, True)]
-            r_no, r_hint = [e.return_ for e in nohint], [e.return_ for e in hint]
-            stats = PlayStats(
-                episodes_nohint=len(nohint),
-                episodes_hint=len(hint),
-                win_rate_nohint=sum(e.won for e in nohint) / len(nohint),
-                win_rate_hint=sum(e.won for e in hint) / len(hint),
-                regret=regret(r_hint, r_no),
-                mean_turns=sum(len(e.turns) for e in episodes if e.spec.tag[0] == record.env_id) / (2 * k),
-                mean_return_nohint=sum(r_no) / len(r_no),
-                mean_return_hint=sum(r_hint) / len(r_hint),
-            )
-            played.append(PlayedEnv(record.env_id, nohint, hint, stats))
+            played.append(PlayedEnv(record.env_id, nohint, hint, play_stats(nohint, hint)))
         return played
 
     def _agent_samples(self, played: list[PlayedEnv]) -> tuple[list[Sample], list[bool]]:
@@ -313,6 +284,8 @@ class SelfPlay:
         return result
 
     def _play_metrics(self, played: list[PlayedEnv]) -> dict:
+        frontier = (self.config.archive.band_low, self.config.archive.band_high)
+        means = iteration_means([p.stats for p in played], frontier)
         if not played:
             return {
                 "agent/win_rate": None,
@@ -320,15 +293,13 @@ class SelfPlay:
                 "regret/mean": None,
                 "band/fraction": None,
             }
-        low, high = self.config.archive.band_low, self.config.archive.band_high  # the archive's frontier
-        stats = [p.stats for p in played]
         return {
-            "agent/envs": len(played),
-            "agent/win_rate": sum(s.win_rate_nohint for s in stats) / len(stats),
-            "agent/win_rate_hint": sum(s.win_rate_hint for s in stats) / len(stats),
-            "agent/mean_turns": sum(s.mean_turns for s in stats) / len(stats),
-            "regret/mean": sum(s.regret for s in stats) / len(stats),
-            "band/fraction": sum(low <= s.win_rate_nohint <= high for s in stats) / len(stats),
+            "agent/envs": means.envs,
+            "agent/win_rate": means.win_rate,
+            "agent/win_rate_hint": means.win_rate_hint,
+            "agent/mean_turns": means.mean_turns,
+            "regret/mean": means.regret,
+            "band/fraction": means.frontier_fraction,
         }
 
     # --- evaluation ----------------------------------------------------------------------------------
@@ -343,7 +314,7 @@ class SelfPlay:
         started = time.perf_counter()
         name = self.config.policy.model or "smollm2-135m"
         result = self.evaluate(self.config.eval, f"{name} after iteration {i} of {self.run_dir.name}")
-        result.write(self.run_dir / "eval" / f"iter-{i:04d}.json")
+        result.write(self.files.eval_path(i))
         return {**eval_metrics(result), "time/eval_s": time.perf_counter() - started}
 
     def _eval_pool(self) -> SandboxPool:
@@ -372,79 +343,21 @@ class SelfPlay:
     def save_checkpoint(self) -> None:
         """Checkpoint the last recorded iteration if it has no checkpoint yet (a run stopped early)."""
         done = self.next_iteration - 1
-        if done >= 1 and not (self.run_dir / "checkpoints" / f"iter-{done:04d}").exists():
-            self._checkpoint(done)
+        if done >= 1 and not self.files.has_checkpoint(done):
+            self.files.checkpoint(done, self.updater.save)
 
-    # --- the run directory ---------------------------------------------------------------------------
-    def _save_transcripts(self, iteration: int, played: list[PlayedEnv], rng: random.Random) -> None:
-        episodes = [e for p in played for e in p.nohint + p.hint]
-        picked = rng.sample(episodes, min(self.config.loop.transcripts_per_iteration, len(episodes)))
-        with open(self.run_dir / "transcripts.jsonl", "a", encoding="utf-8") as out:
-            for e in picked:
-                out.write(
-                    json.dumps(
-                        {
-                            "iteration": iteration,
-                            "env_id": e.spec.tag[0],
-                            "hint": e.spec.use_hint,
-                            "return": e.return_,
-                            "stop_reason": e.stop_reason,
-                            "error": e.error,
-                            "messages": e.messages,
-                        }
-                    )
-                    + "\n"
-                )
-
+    # --- the run directory (loop/rundir.py) ---------------------------------------------------------------
     def _record(self, metrics: dict) -> None:
         """Metrics line first, then the checkpoint: on resume, lines after the checkpoint are dropped."""
         i = metrics["iteration"]
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as out:
-            out.write(json.dumps(_finite(metrics)) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
+        self.files.append_metrics(metrics)
         if i % self.config.loop.checkpoint_every == 0 or i == self.config.loop.iterations:
-            self._checkpoint(i)
+            self.files.checkpoint(i, self.updater.save)
         self.next_iteration = i + 1
 
-    def _checkpoint(self, iteration: int) -> None:
-        final = self.run_dir / "checkpoints" / f"iter-{iteration:04d}"
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.updater.save(tmp / "updater")
-        (tmp / "state.json").write_text(json.dumps({"iteration": iteration, "time": time.time()}))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # a checkpoint exists whole or not at all
-        for old in sorted((self.run_dir / "checkpoints").glob("iter-*"))[:-2]:
-            if not old.name.endswith(".tmp"):
-                shutil.rmtree(old, ignore_errors=True)  # keep the last two
-
     def _restore(self) -> None:
-        done = 0
-        checkpoints = sorted(
-            p for p in (self.run_dir / "checkpoints").glob("iter-*") if not p.name.endswith(".tmp")
-        )
-        if checkpoints:
-            latest = checkpoints[-1]
-            done = json.loads((latest / "state.json").read_text())["iteration"]
-            self.updater.load(latest / "updater")
+        done = self.files.restore(self.updater.load)
         removed = self.archive.discard_after(done)
-        metrics_path = self.run_dir / "metrics.jsonl"
-        if metrics_path.exists():
-            lines = [line for line in metrics_path.read_text().splitlines() if line.strip()]
-            kept = [line for line in lines if json.loads(line)["iteration"] <= done]
-            metrics_path.write_text("".join(line + "\n" for line in kept))
-        transcripts = self.run_dir / "transcripts.jsonl"
-        if transcripts.exists():
-            lines = [line for line in transcripts.read_text().splitlines() if line.strip()]
-            transcripts.write_text(
-                "".join(line + "\n" for line in lines if json.loads(line)["iteration"] <= done)
-            )
-        for path in (self.run_dir / "eval").glob("iter-*.json*"):
-            number = path.name[len("iter-") :].split(".")[0]
-            if path.name.endswith(".tmp") or not number.isdigit() or int(number) > done:
-                path.unlink()  # the evaluation of an iteration that runs again (or half a file)
         self.next_iteration = done + 1
         log.info(
             "resuming %s after iteration %d (%d partial environments discarded)", self.run_dir, done, removed
@@ -457,10 +370,6 @@ class _DesignerSamples:
     groups: int
     zero_signal: int
     mean_reward: float | None
-
-
-def _finite(metrics: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
 
 
 def evaluate_policy(policy: Policy, pool: SandboxPool, config: EvalConfig, model: str, backend: str):

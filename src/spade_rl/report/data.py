@@ -30,6 +30,7 @@ from typing import Any
 
 from spade_rl.archive import Archive, ArchiveError, EnvRecord, IterationStats
 from spade_rl.report.evals import EvalRecord, read_evals
+from spade_rl.stats import iteration_means
 
 RUN_FILES = ("config.json", "archive.sqlite", "metrics.jsonl")
 DEFAULT_BAND = (0.15, 0.85)
@@ -303,15 +304,14 @@ def _iteration_rows(
 
 
 def _fill_play(row: IterationRow, stats: list, band: tuple[float, float]) -> None:
-    """The loop's ``_play_metrics``: plain means over the environments played in the iteration."""
+    """The loop's own numbers (``spade_rl.stats.iteration_means``) over the environments of the iteration."""
     if not stats:
         return
-    row.envs_played = len(stats)
-    row.win_rate = mean([s.win_rate_nohint for s in stats])
-    row.win_rate_hint = mean([s.win_rate_hint for s in stats])
-    row.regret = mean([s.regret for s in stats])
-    row.mean_turns = mean([s.mean_turns for s in stats])
-    row.band_fraction = mean([float(band[0] <= s.win_rate_nohint <= band[1]) for s in stats])
+    means = iteration_means(stats, band)
+    row.envs_played = means.envs
+    row.win_rate, row.win_rate_hint = means.win_rate, means.win_rate_hint
+    row.regret, row.mean_turns = means.regret, means.mean_turns
+    row.band_fraction = means.frontier_fraction
 
 
 def _fill_size(row: IterationRow, designed: list[EnvView]) -> None:

@@ -1,0 +1,95 @@
+"""Episode statistics, computed in one place: what the loop records, the report shows and the CLI prints.
+
+    summary = summarise(episodes)                  # win rate, mean return, mean turns, how they ended
+    stats = play_stats(nohint, hint)               # one environment's play: the archive's PlayStats
+    means = iteration_means(all_stats, (0.15, 0.85))   # one iteration: plain means over its environments
+
+A win is the rollout's (``Episode.won``: terminated with a final reward of 1); regret is the rewards
+module's (mean hint return minus mean no-hint return, floored at 0). The frontier is the archive's
+range of no-hint win rates (``archive.band_low`` .. ``band_high``) that counts an environment as
+learnable; ``frontier_fraction`` is the share of an iteration's environments inside it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from spade_rl.archive import PlayStats
+from spade_rl.rewards import regret
+from spade_rl.rollout import Episode
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """Episodes taken together; the means are None for no episodes."""
+
+    episodes: int
+    win_rate: float | None
+    mean_return: float | None
+    mean_turns: float | None
+    ended_by: dict[str, int] = field(default_factory=dict)  # stop reason -> episodes
+
+
+def summarise(episodes: Sequence[Episode]) -> EpisodeSummary:
+    """Win rate, mean return, mean turns and the stop reasons of ``episodes``."""
+    n = len(episodes)
+    if n == 0:
+        return EpisodeSummary(0, None, None, None, {})
+    return EpisodeSummary(
+        episodes=n,
+        win_rate=sum(e.won for e in episodes) / n,
+        mean_return=sum(e.return_ for e in episodes) / n,
+        mean_turns=sum(len(e.turns) for e in episodes) / n,
+        ended_by=dict(sorted(Counter(e.stop_reason for e in episodes).items())),
+    )
+
+
+def play_stats(nohint: Sequence[Episode], hint: Sequence[Episode]) -> PlayStats:
+    """One environment's play in one iteration (K episodes without the hint, K with it) as the archive
+    records it. Both arms need at least one episode."""
+    if not nohint or not hint:
+        raise ValueError(
+            f"play_stats needs episodes with and without the hint, got {len(hint)} and {len(nohint)}"
+        )
+    without, with_hint = summarise(nohint), summarise(hint)
+    return PlayStats(
+        episodes_nohint=without.episodes,
+        episodes_hint=with_hint.episodes,
+        win_rate_nohint=without.win_rate,
+        win_rate_hint=with_hint.win_rate,
+        regret=regret([e.return_ for e in hint], [e.return_ for e in nohint]),
+        mean_turns=summarise([*nohint, *hint]).mean_turns,
+        mean_return_nohint=without.mean_return,
+        mean_return_hint=with_hint.mean_return,
+    )
+
+
+@dataclass(frozen=True)
+class IterationMeans:
+    """Plain means over the environments played in one iteration (None when none was played)."""
+
+    envs: int
+    win_rate: float | None
+    win_rate_hint: float | None
+    regret: float | None
+    mean_turns: float | None
+    frontier_fraction: float | None
+
+
+def iteration_means(stats: Sequence[PlayStats], frontier: tuple[float, float]) -> IterationMeans:
+    """The iteration's agent numbers from its environments' :class:`PlayStats`; ``frontier`` is the
+    archive's (low, high) range of no-hint win rates."""
+    n = len(stats)
+    if n == 0:
+        return IterationMeans(0, None, None, None, None, None)
+    low, high = frontier
+    return IterationMeans(
+        envs=n,
+        win_rate=sum(s.win_rate_nohint for s in stats) / n,
+        win_rate_hint=sum(s.win_rate_hint for s in stats) / n,
+        regret=sum(s.regret for s in stats) / n,
+        mean_turns=sum(s.mean_turns for s in stats) / n,
+        frontier_fraction=sum(low <= s.win_rate_nohint <= high for s in stats) / n,
+    )
