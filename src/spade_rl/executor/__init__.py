@@ -8,7 +8,7 @@
 
 ``LocalExecutor`` (the default) runs one sandbox pool in this process tree. ``RayExecutor`` runs one
 sandbox pool in each of several Ray actors spread over a cluster's nodes; the driver keeps the policy
-and the archive. Only this package's ``ray_executor`` module imports Ray, and only when it is used.
+and the archive. Only this package's ``ray_*`` modules import Ray, and only when the Ray executor is used.
 """
 
 from __future__ import annotations

@@ -34,95 +34,24 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import ray
-from ray.exceptions import (
-    ActorUnschedulableError,
-    NodeDiedError,
-    ObjectLostError,
-    OutOfMemoryError,
-    RayActorError,
-    RayError,
-    WorkerCrashedError,
-)
 
 from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.executor.base import ExecutorError, ValidationRequest, apply_judge
 from spade_rl.executor.config import ExecutorConfig
 from spade_rl.executor.ray_actor import SandboxActor
+from spade_rl.executor.ray_slots import LOST, RemoteEnv, Slot, describe, kill_actor, lost_result, route
 from spade_rl.sandbox import CallResult, SandboxConfig, Status
 
 log = logging.getLogger(__name__)
 
-# What Ray raises when the actor, its process or its node is gone (not a bug of ours: those come as
-# RayTaskError and are raised again here, as the local executor would raise them).
-_LOST = (
-    RayActorError,
-    ObjectLostError,
-    WorkerCrashedError,
-    NodeDiedError,
-    OutOfMemoryError,
-    ActorUnschedulableError,
-)
 POOL_STATS = ("spawned", "killed", "timeouts", "crashes", "calls")
 
 
 _ACTOR = ray.remote(SandboxActor)  # the class is sent to the nodes by reference (importable there)
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One actor as the driver sees it."""
-
-    index: int
-    actor: Any  # ray.actor.ActorHandle
-    ready_ref: Any  # the answer of its ready() call
-    ready: bool = False
-    alive: bool = True
-    death: str = ""
-    node_id: str = ""
-    pid: int = 0
-    live: int = 0  # environment instances open on it
-    busy: int = 0  # validations in flight on it
-    stats: dict = field(default_factory=dict)  # its pool's latest counters
-
-    @property
-    def name(self) -> str:
-        node = f" on node {self.node_id[:12]}" if self.node_id else ""
-        return f"actor {self.index}{node}"
-
-
-class RemoteEnv:
-    """One environment instance living in a Ray actor's sandbox pool; the interface of ``EnvHandle``."""
-
-    def __init__(self, executor: RayExecutor, slot: _Slot, key: int, class_name: str):
-        self._executor = executor
-        self._slot = slot
-        self.instance = key
-        self.class_name = class_name
-        self.closed = False
-
-    def reset(self, seed: int | None = None, timeout_s: float | None = None) -> CallResult:
-        return self._executor.call_many([(self, "reset", {"seed": seed})], timeout_s)[0]
-
-    def step(self, action: str, timeout_s: float | None = None) -> CallResult:
-        return self._executor.call_many([(self, "step", {"action": action})], timeout_s)[0]
-
-    def solution(self, timeout_s: float | None = None) -> CallResult:
-        return self._executor.call_many([(self, "solution", {})], timeout_s)[0]
-
-    def close(self) -> CallResult:
-        return self._executor.close_env(self)
-
-    @property
-    def alive(self) -> bool:
-        return not self.closed and self._slot.alive
-
-    @property
-    def actor_index(self) -> int:
-        return self._slot.index
 
 
 class RayExecutor:
@@ -134,7 +63,7 @@ class RayExecutor:
     def __init__(self, config: ExecutorConfig, sandbox: SandboxConfig | None = None):
         self.config = config
         self.sandbox = sandbox or SandboxConfig()
-        self._slots: list[_Slot] = []
+        self._slots: list[Slot] = []
         self._indices = itertools.count()
         self._counters: Counter[str] = Counter()
         self._owns_ray = False
@@ -207,12 +136,12 @@ class RayExecutor:
             for ref in done:
                 try:
                     stops[ref].stats = ray.get(ref)
-                except _LOST:
+                except LOST:
                     pass
         for slot in alive:
             slot.alive = False
             slot.death = slot.death or "closed"
-            _kill(slot.actor)
+            kill_actor(slot.actor)
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
@@ -267,7 +196,7 @@ class RayExecutor:
         reports: list[ValidationReport | None] = [None] * len(requests)
         losses = [0] * len(requests)
         queue = list(range(len(requests)))
-        running: dict[Any, tuple[int, _Slot, float]] = {}  # ref -> (request, actor, deadline)
+        running: dict[Any, tuple[int, Slot, float]] = {}  # ref -> (request, actor, deadline)
         try:
             while queue or running:
                 free = [slot for slot in self._live() if not slot.busy]
@@ -294,8 +223,8 @@ class RayExecutor:
                         try:
                             reports[index], slot.stats = ray.get(ref)
                             continue
-                        except _LOST as exc:
-                            why = self._lose(slot, _describe(exc))
+                        except LOST as exc:
+                            why = self._lose(slot, describe(exc))
                     else:
                         why = self._lose(slot, f"it did not answer within {budget:.0f} s")
                     losses[index] += 1
@@ -334,7 +263,7 @@ class RayExecutor:
             live = self._await_live()
             placed: dict[int, list[int]] = {}
             slots = {slot.index: slot for slot in live}
-            for index, slot in zip(todo, self._route([requests[i][0] for i in todo], live), strict=True):
+            for index, slot in zip(todo, route([requests[i][0] for i in todo], live), strict=True):
                 placed.setdefault(slot.index, []).append(index)
             jobs = [
                 (
@@ -352,7 +281,7 @@ class RayExecutor:
                     for index in indices:
                         losses[index] += 1
                         if losses[index] > self.config.retries:
-                            results[index] = _lost_result(slot, why, "opening this environment")
+                            results[index] = lost_result(slot, why, "opening this environment")
                         else:
                             self._counters["retries"] += 1
                             todo.append(index)
@@ -373,14 +302,14 @@ class RayExecutor:
         environment whose actor was lost answer ``worker_lost`` (its state is gone)."""
         timeout = timeout_s or self.sandbox.call_timeout_s
         results: list[CallResult | None] = [None] * len(calls)
-        by_slot: dict[int, tuple[_Slot, list[int]]] = {}
+        by_slot: dict[int, tuple[Slot, list[int]]] = {}
         for index, (env, _, _) in enumerate(calls):
             if env.closed:
                 results[index] = CallResult(
                     Status.EXCEPTION, reason="closed", error="the environment is closed"
                 )
             elif not env._slot.alive:
-                results[index] = _lost_result(env._slot, env._slot.death, "this episode")
+                results[index] = lost_result(env._slot, env._slot.death, "this episode")
             else:
                 by_slot.setdefault(env._slot.index, (env._slot, []))[1].append(index)
         jobs = [
@@ -396,7 +325,7 @@ class RayExecutor:
         for (slot, indices), (value, why) in zip(by_slot.values(), self._gather(jobs), strict=True):
             if value is None:
                 for index in indices:
-                    results[index] = _lost_result(slot, why, "this episode")
+                    results[index] = lost_result(slot, why, "this episode")
                 continue
             answers, slot.stats = value
             for index, result in zip(indices, answers, strict=True):
@@ -416,7 +345,7 @@ class RayExecutor:
         return CallResult(Status.OK, reason="ok")
 
     # --- actors -------------------------------------------------------------------------------------------
-    def _new_slot(self) -> _Slot:
+    def _new_slot(self) -> Slot:
         options: dict[str, Any] = {
             "num_cpus": self.config.cpus_per_actor,
             "max_restarts": 0,  # a restarted actor would have lost its episodes: replaced explicitly
@@ -426,15 +355,15 @@ class RayExecutor:
             options["scheduling_strategy"] = "SPREAD"
         actor = _ACTOR.options(**options).remote(self.sandbox)
         self._counters["actors_started"] += 1
-        return _Slot(next(self._indices), actor, actor.ready.remote())
+        return Slot(next(self._indices), actor, actor.ready.remote())
 
-    def _settle(self, slot: _Slot) -> None:
+    def _settle(self, slot: Slot) -> None:
         """Read a started actor's ready() answer; a missing sandbox layer raises here."""
         try:
             info = ray.get(slot.ready_ref)
-        except _LOST as exc:
-            slot.alive, slot.death = False, _describe(exc)
-            _kill(slot.actor)
+        except LOST as exc:
+            slot.alive, slot.death = False, describe(exc)
+            kill_actor(slot.actor)
             log.warning("Ray %s failed to start: %s", slot.name, slot.death)
             return
         slot.ready, slot.node_id, slot.pid = True, info["node_id"], info["pid"]
@@ -447,11 +376,11 @@ class RayExecutor:
             for ref in done:
                 self._settle(starting[ref])
 
-    def _live(self) -> list[_Slot]:
+    def _live(self) -> list[Slot]:
         self._poll()
         return [slot for slot in self._slots if slot.alive and slot.ready]
 
-    def _await_live(self) -> list[_Slot]:
+    def _await_live(self) -> list[Slot]:
         """The live actors; when none is left, wait for a replacement to start, or give up."""
         if not self._started or self._closed:
             raise ExecutorError("the Ray executor is not running: call start() first (and not after close())")
@@ -471,7 +400,7 @@ class RayExecutor:
             f"{ray.available_resources().get('CPU', 0):g} free CPU(s)"
         )
 
-    def _lose(self, slot: _Slot, why: str) -> str:
+    def _lose(self, slot: Slot, why: str) -> str:
         """Mark an actor lost (with everything open on it) and ask for a replacement."""
         if not slot.alive:
             return slot.death
@@ -479,26 +408,12 @@ class RayExecutor:
         self._counters["actors_lost"] += 1
         self._counters["envs_lost"] += slot.live
         log.warning("Ray %s lost (%s); %d open environment(s) lost with it", slot.name, why, slot.live)
-        _kill(slot.actor)
+        kill_actor(slot.actor)
         if slot.ready and not self._closed:
             self._slots.append(self._new_slot())
         return why
 
-    @staticmethod
-    def _route(sources: list[str], live: list[_Slot]) -> list[_Slot]:
-        """An actor for each new instance: the one holding the fewest open instances, preferring one
-        given the same source in this batch (its sandbox worker for that source is already warm)."""
-        load = {slot.index: slot.live for slot in live}
-        given: dict[int, set[str]] = {slot.index: set() for slot in live}
-        chosen = []
-        for source in sources:
-            slot = min(live, key=lambda s: (load[s.index], source not in given[s.index], s.index))
-            load[slot.index] += 1
-            given[slot.index].add(source)
-            chosen.append(slot)
-        return chosen
-
-    def _gather(self, jobs: list[tuple[_Slot, Any, float]]) -> list[tuple[Any, str]]:
+    def _gather(self, jobs: list[tuple[Slot, Any, float]]) -> list[tuple[Any, str]]:
         """Wait for each (actor, ref, budget in seconds): (value, "") or (None, why the actor was lost)."""
         start = time.monotonic()
         deadline = {ref: start + budget for _, ref, budget in jobs}
@@ -511,33 +426,11 @@ class RayExecutor:
                 slot = pending.pop(ref)
                 try:
                     outcome[ref] = (ray.get(ref), "")
-                except _LOST as exc:
-                    outcome[ref] = (None, self._lose(slot, _describe(exc)))
+                except LOST as exc:
+                    outcome[ref] = (None, self._lose(slot, describe(exc)))
             now = time.monotonic()
             for ref in [ref for ref in pending if deadline[ref] <= now]:
                 slot = pending.pop(ref)
                 why = f"it did not answer within {deadline[ref] - start:.0f} s"
                 outcome[ref] = (None, self._lose(slot, why))
         return [outcome[ref] for _, ref, _ in jobs]
-
-
-def _describe(exc: BaseException) -> str:
-    """Ray's error in one line: its type and its last line (which says why: "its node has died")."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1][:300]}" if lines else type(exc).__name__
-
-
-def _lost_result(slot: _Slot, why: str, what: str) -> CallResult:
-    return CallResult(
-        Status.WORKER_LOST,
-        None,
-        "worker_lost",
-        f"the Ray {slot.name} holding {what} was lost ({why})",
-    )
-
-
-def _kill(actor: Any) -> None:
-    try:
-        ray.kill(actor, no_restart=True)
-    except (RayError, ValueError) as exc:  # already gone, or Ray itself is shutting down
-        log.debug("ray.kill: %s", exc)
