@@ -40,7 +40,8 @@ Checks, in order (the first failure decides the verdict):
 Every environment is validated with the constructor arguments it will be played with
 (``ValidationReport.env_kwargs``, recorded in the archive and used by every play). ``REASONS`` lists
 every code; a report never carries another (a code from elsewhere would be a bug, reported as
-``protocol_error``).
+``protocol_error``). The text checks (final answers, leaking hints, trivial policies' actions) are in
+:mod:`spade_rl.design.answers`.
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ import ast
 import hashlib
 import json
 import random
-import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from spade_rl.design.answers import leaked_answer, trivial_actions
 from spade_rl.envs.contract import (
     ContractViolation,
     check_reset_value,
@@ -486,83 +487,3 @@ def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]
 def validation_seeds(source: str, settings: ValidationSettings) -> list[int]:
     """The seeds the solution is played on: ``settings.seed``, then ``seeds - 1`` derived ones."""
     return [settings.seed, *derived_seeds(source, "seeds", settings.seed, settings.seeds - 1)]
-
-
-_NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,6})?(?!\.?\d)")
-_WORD = re.compile(r"[^\W\d_]{1,12}")
-_GUESSES = (
-    "0",
-    "1",
-    "2",
-    "3",
-    "4",
-    "5",
-    "6",
-    "7",
-    "8",
-    "9",
-    "yes",
-    "no",
-    "true",
-    "false",
-    "A",
-    "B",
-    "C",
-    "D",
-)
-
-
-def trivial_actions(observation: str, seed: int, max_turns: int) -> dict[str, list[str]]:
-    """The trivial policies' actions for an episode that opened with ``observation``, by name: one
-    short action repeated, and answers drawn without replacement from the numbers and words of the
-    observation (and a few usual answers), each in the format the observation asks for
-    (``\\boxed{}``, ``<answer></answer>`` or plain)."""
-    text = observation[:4000]  # what an agent sees of it (rollout max_observation_chars)
-    if "\\boxed" in text:
-        wrap = "\\boxed{%s}"
-    elif "<answer>" in text:
-        wrap = "<answer>%s</answer>"
-    else:
-        wrap = "%s"
-    policies = {"repeat " + wrap % c: [wrap % c] * max_turns for c in ("0", "1", "yes")}
-    candidates = list(dict.fromkeys([*_NUMBER.findall(text)[:64], *_WORD.findall(text)[:64], *_GUESSES]))
-    random.Random(seed).shuffle(candidates)
-    policies["random answers"] = [wrap % c for c in candidates[:max_turns]]
-    return policies
-
-
-def final_answer(action: str) -> str:
-    """The answer of a final action: the content of ``\\boxed{...}`` (from the first opening to the
-    last closing brace) or of the first ``<answer>...</answer>``, or the action itself. Linear in the
-    action's length (an environment chooses it: no regular expression that can backtrack)."""
-    answer = action.strip()
-    start = answer.find("\\boxed{")
-    end = answer.rfind("}")
-    if start >= 0 and end >= start + 7:
-        return answer[start + 7 : end].strip()
-    start = answer.find("<answer>")
-    if start >= 0:
-        end = answer.find("</answer>", start + 8)
-        if end >= 0:
-            return answer[start + 8 : end].strip()
-    return answer
-
-
-def leaked_answer(hint: str, final_action: str) -> str:
-    """The final answer if the hint contains it as a whole word or number (case-insensitive), else ''.
-
-    The answer is ``final_answer(final_action)``. Every answer is checked, a one-character one too
-    (a hint "the answer is 7" leaks): a hint should describe a strategy, not name values. Linear in
-    the lengths of both."""
-    answer = final_answer(final_action)
-    low, needle = hint.lower(), answer.lower()
-    if not needle or len(needle) > len(low):
-        return ""
-    at = low.find(needle)
-    while at >= 0:
-        before = low[at - 1] if at else ""
-        after = low[at + len(needle)] if at + len(needle) < len(low) else ""
-        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
-            return answer
-        at = low.find(needle, at + 1)
-    return ""
