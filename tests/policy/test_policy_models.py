@@ -166,3 +166,9 @@ def test_default_model_converts_once_then_loads_fast_and_answers() -> None:
     [answer] = policy.generate([chat], SamplingSettings(max_new_tokens=24, temperature=0))
     assert "Paris" in answer.text
     assert answer.finish_reason == "stop" and answer.completion_token_ids[-1] == tokenizer.eos_token_id
+
+
+def test_choose_device_keeps_what_is_asked_and_resolves_auto() -> None:
+    assert model_store.choose_device("cpu") == "cpu"
+    assert model_store.choose_device("cuda:1") == "cuda:1"  # not checked here: loading the model says
+    assert model_store.choose_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

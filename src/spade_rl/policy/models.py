@@ -219,6 +219,16 @@ def torch_dtype_for(dtype: str, device: str) -> Any:
     return torch.float32
 
 
+def choose_device(wanted: str) -> str:
+    """The torch device to use for ``wanted``: itself, or for ``"auto"`` CUDA when it is available, else
+    the CPU."""
+    if wanted != "auto":
+        return wanted
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @functools.cache
 def cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX, as Linux reports them)
@@ -404,13 +414,3 @@ def _from_hub(repo_id: str, patterns: tuple[str, ...]) -> Path:
             f"({type(error).__name__}: {reason}). Without network, give a local model folder, or the "
             f"packaged default {DEFAULT_MODEL!r} (or leave the model unset)"
         ) from None
-
-
-def choose_device(wanted: str) -> str:
-    """The torch device to use for ``wanted``: itself, or for ``"auto"`` CUDA when it is available, else
-    the CPU."""
-    if wanted != "auto":
-        return wanted
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
