@@ -1,24 +1,17 @@
-"""The command line, run as a user would run it (a subprocess of the installed entry point)."""
+"""`spade-rl envs list|show|validate`, run as a user runs them (a subprocess of the installed command).
+
+`envs export` and `envs import` go through an archive that `spade-rl design` fills:
+tests/design/test_designs.py."""
 
 from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
-
-import pytest
 
 from spade_rl.envs import reference
 
 
-def spade(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "spade_rl", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def test_envs_validate_json_on_references_and_files(tmp_path):
+def test_envs_validate_json_on_references_and_files(spade, tmp_path):
     broken = tmp_path / "broken_env.py"
     broken.write_text("class BrokenEnv(:\n")
     done = spade("envs", "validate", *reference.NAMES, str(broken), "--json")
@@ -28,7 +21,7 @@ def test_envs_validate_json_on_references_and_files(tmp_path):
     assert (reports[str(broken)]["valid"], reports[str(broken)]["reason"]) == (False, "syntax_error")
 
 
-def test_envs_validate_all_valid_exits_zero():
+def test_envs_validate_all_valid_exits_zero(spade):
     done = spade("envs", "validate", "guess")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "guess" in done.stdout
@@ -53,7 +46,7 @@ class DigitEnv:
 """
 
 
-def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(tmp_path):
+def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(spade, tmp_path):
     path = tmp_path / "digit_env.py"
     path.write_text(LEAKY)
     answer = str(random.Random(0).randrange(100, 1000))  # the answer at seed 0, which validation plays
@@ -69,30 +62,17 @@ def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(tmp_path):
     assert empty.returncode == 1 and json.loads(empty.stdout)[0]["reason"] == "missing_hint"
 
 
-def test_envs_validate_missing_file_is_a_clear_error():
+def test_envs_validate_missing_file_is_a_clear_error(spade):
     done = spade("envs", "validate", "/nonexistent/env.py")
     assert done.returncode == 2
     assert "neither a file nor a reference environment" in done.stderr
     assert "guess" in done.stderr  # the allowed names are listed
 
 
-def test_envs_list_and_show():
+def test_envs_list_and_show(spade):
     listed = spade("envs", "list")
     assert listed.returncode == 0 and all(name in listed.stdout for name in reference.NAMES)
     shown = spade("envs", "show", "maze")
     assert shown.returncode == 0 and "class MazeEnv" in shown.stdout
     unknown = spade("envs", "show", "nope")
     assert unknown.returncode == 2 and "allowed names" in unknown.stderr
-
-
-@pytest.mark.slow
-def test_doctor_json_reports_layers_and_probes():
-    done = spade("doctor", "--json")
-    report = json.loads(done.stdout)
-    assert done.returncode == 0, report
-    layers = {row["layer"]: row for row in report["layers"]}
-    assert set(layers) == {"rlimits", "uid", "landlock", "seccomp", "bwrap"}
-    for name in ("rlimits", "uid", "landlock", "seccomp"):
-        assert layers[name]["active"], layers[name]
-    assert report["healthy"] and len(report["probes"]) >= 8
-    assert all(probe["stopped"] for probe in report["probes"])

@@ -1,0 +1,71 @@
+"""What the commands of ``spade-rl`` share: the terminal, the error exit, archives and environment files.
+
+The CLI owns the terminal: every command prints through ``console`` (one object, so that a test can
+widen it once for all commands) and refuses bad input with ``raise fail(message)`` (exit status 2, a
+plain message on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from spade_rl.envs import reference
+
+
+def _console() -> Console:
+    """Rich's own width on a terminal; 160 columns when the output goes to a file or a pipe (rich would
+    wrap tables at 80 columns there, one cell over several lines), unless COLUMNS says otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=160)
+
+
+console = _console()
+
+ARCHIVE_OPTION = typer.Option(None, "--archive", "-a", help="A run directory or archive.sqlite file.")
+
+
+def fail(message: str) -> typer.Exit:
+    """The exit of a command refusing its input: ``raise fail("what was wrong and what is allowed")``."""
+    typer.echo(f"error: {message}", err=True)  # plain: no wrapping, so messages can be read and grepped
+    return typer.Exit(2)
+
+
+def yes(flag: bool) -> str:
+    return "[green]yes[/]" if flag else "[red]no[/]"
+
+
+def archive_path(run_dir: Path) -> Path:
+    path = run_dir / "archive.sqlite" if run_dir.is_dir() else run_dir
+    if not path.exists():
+        raise fail(f"no archive at {path}: give a run directory (holding archive.sqlite) or an archive file")
+    return path
+
+
+def open_archive(run_dir: Path, readonly: bool = True):
+    """The archive of a run directory (or an archive file), read-only unless asked; a clean error if
+    there is none or it cannot be opened."""
+    from spade_rl.archive import Archive, ArchiveError
+
+    try:
+        return Archive(archive_path(run_dir), readonly=readonly)
+    except ArchiveError as exc:
+        raise fail(str(exc)) from None
+
+
+def read_env(spec: str) -> str:
+    """The source of an environment file, or of a reference environment by name."""
+    path = Path(spec)
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read {spec}: {exc}") from None
+    if spec in reference.NAMES:
+        return reference.source(spec)
+    raise fail(f"{spec} is neither a file nor a reference environment ({', '.join(reference.NAMES)})")

@@ -1,0 +1,194 @@
+"""``spade-rl envs ...``: the reference environments, an archive's environments, and validation.
+
+spade-rl envs list [--archive RUN_DIR] [--valid-only] [--json]
+spade-rl envs show NAME|ID [--archive RUN_DIR]
+spade-rl envs export FILE.jsonl --archive RUN_DIR [--valid-only]
+spade-rl envs import FILE.jsonl --archive RUN_DIR [--skip-bad-lines]
+spade-rl envs validate FILE|NAME... [--hint TEXT] [--max-turns N] [--json]   (exit 1 if any is invalid)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, read_env, yes
+from spade_rl.design.validate import ValidationSettings
+from spade_rl.envs import reference
+from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+
+envs_app = typer.Typer(no_args_is_help=True, help="Reference environments and validation.")
+
+
+@envs_app.command("list")
+def envs_list(
+    archive: Path | None = ARCHIVE_OPTION,
+    valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the reference environments, or the environments of an archive."""
+    if archive is None:
+        rows = [
+            {"name": n, "setting": reference.SETTINGS[n], "description": reference.DESCRIPTIONS[n]}
+            for n in reference.NAMES
+        ]
+        title = "reference environments"
+    else:
+        with open_archive(archive) as store:
+            latest = store.latest_stats()
+            rows = []
+            for env_id in store.ids(valid=True if valid_only else None):
+                record = store.get(env_id)
+                stats = latest.get(env_id)
+                rows.append(
+                    {
+                        "id": env_id,
+                        "valid": record.valid,
+                        "reason": record.reason,
+                        "skill": record.skill,
+                        "setting": record.setting,
+                        "iteration": record.iteration,
+                        "origin": record.origin,
+                        "class": record.class_name,
+                        "win_nohint": round(stats.stats.win_rate_nohint, 3) if stats else None,
+                        "win_hint": round(stats.stats.win_rate_hint, 3) if stats else None,
+                        "regret": round(stats.stats.regret, 3) if stats else None,
+                    }
+                )
+        title = f"environments in {archive}"
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=title)
+    for column in rows[0] if rows else ("name",):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    console.print(table)
+
+
+@envs_app.command("show")
+def envs_show(name: str, archive: Path | None = ARCHIVE_OPTION) -> None:
+    """Print a reference environment's source, or an archived environment (source, hint, statistics)."""
+    if archive is None:
+        try:
+            print(reference.source(name))
+        except (KeyError, ValueError) as exc:
+            raise fail(str(exc.args[0] if exc.args else exc)) from None
+        return
+    if not name.isdigit():
+        raise fail(f"with --archive, give an environment id (a number), got {name!r}")
+    with open_archive(archive) as store:
+        try:
+            record = store.get(int(name))
+        except (KeyError, ValueError) as exc:
+            raise fail(f"no environment {name} in {archive}: {exc}") from None
+        history = store.stats_history(record.env_id)
+    print(
+        f"# environment {record.env_id}: {record.class_name or '?'} "
+        f"({'valid' if record.valid else 'invalid'}:"
+        f" {record.reason}) skill={record.skill} setting={record.setting} iteration={record.iteration}"
+        f" origin={record.origin} parents={list(record.parents)} document={record.document_id}"
+    )
+    if record.message:
+        print(f"# {record.message}")
+    print(f"# hint: {record.hint or '(none)'}")
+    for row in history:
+        st = row.stats
+        print(
+            f"# iteration {row.iteration}: win {st.win_rate_nohint:.2f} without hint, {st.win_rate_hint:.2f} "
+            f"with; regret {st.regret:.2f}; {st.episodes_nohint}+{st.episodes_hint} episodes"
+        )
+    print(record.source)
+
+
+@envs_app.command("export")
+def envs_export(
+    out: Path = typer.Argument(..., help="The JSONL file to write."),
+    archive: Path = typer.Option(..., "--archive", "-a", help="A run directory or archive.sqlite file."),
+    valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
+) -> None:
+    """Export an archive's environments (with metadata and statistics) as JSONL, one per line."""
+    with open_archive(archive) as store:
+        count = store.export_jsonl(out, valid_only=valid_only)
+    console.print(f"wrote {count} environments to {out}")
+
+
+@envs_app.command("import")
+def envs_import(
+    file: Path = typer.Argument(..., help="A JSONL file written by `envs export`."),
+    archive: Path = typer.Option(..., "--archive", "-a", help="A run directory or archive.sqlite file."),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="Skip malformed lines, reporting each."
+    ),
+) -> None:
+    """Import environments from JSONL into an archive (created if missing); duplicates are recognised."""
+    from spade_rl.archive import Archive, ArchiveError
+
+    if not file.is_file():
+        raise fail(f"no such file: {file}")
+    path = archive / "archive.sqlite" if archive.is_dir() or not archive.suffix else archive
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with Archive(path) as store:
+            result = store.import_jsonl(file, on_error="skip" if skip_bad_lines else "raise")
+    except ArchiveError as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"imported {result.added} new environments, {result.duplicates} duplicates, "
+        f"{len(result.skipped)} lines skipped into {path}"
+    )
+
+
+@envs_app.command("validate")
+def envs_validate(
+    files: list[str] = typer.Argument(..., help="Environment files, or reference environment names."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of reports."),
+    hint: str | None = typer.Option(
+        None,
+        "--hint",
+        help="The design's hint: checked as the loop checks a designer's hint (its length, and that it "
+        "names no answer of any seed played), for every file.",
+    ),
+    max_turns: int = typer.Option(
+        ValidationSettings().max_turns,
+        "--max-turns",
+        min=1,
+        help="The turn limit validation uses (the loop uses rollout.max_turns).",
+    ),
+) -> None:
+    """Validate environments in the sandbox; exit status 1 when any is not valid."""
+    from spade_rl.design.parse import check_hint
+    from spade_rl.design.validate import ValidationReport, validate_source
+
+    sources = [(spec, read_env(spec)) for spec in files]
+    settings = ValidationSettings(max_turns=max_turns)
+    rules = check_hint(hint) if hint is not None else None
+    if rules is not None and rules.reason != "ok":  # refused as the design phase refuses it
+        reports = [(spec, ValidationReport(False, rules.reason, rules.message)) for spec, _ in sources]
+    else:
+        hint_text = rules.hint if rules is not None else ""
+        try:
+            with SandboxPool(SandboxConfig()) as pool:
+                reports = [
+                    (spec, validate_source(pool, source, settings, hint=hint_text))
+                    for spec, source in sources
+                ]
+        except SandboxUnavailable as exc:
+            raise fail(str(exc)) from None
+    if as_json:
+        print(json.dumps([{"path": spec, **report.to_json()} for spec, report in reports], indent=2))
+    else:
+        table = Table(title="validation")
+        for column in ("path", "valid", "reason", "seconds", "message"):
+            table.add_column(column, overflow="fold")
+        for spec, report in reports:
+            table.add_row(
+                spec, yes(report.valid), report.reason, f"{report.seconds:.3f}", report.message[:200]
+            )
+        console.print(table)
+    if not all(report.valid for _, report in reports):
+        raise typer.Exit(1)

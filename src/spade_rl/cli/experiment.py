@@ -1,0 +1,63 @@
+"""``spade-rl experiment FILE.toml [--out DIR] [--check]``: arms (baselines, ablations) run with one budget
+and compared on held-out suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from spade_rl.cli.common import console, fail
+from spade_rl.sandbox import SandboxUnavailable
+
+
+def experiment(
+    file: Path = typer.Argument(..., help="The experiment file (see experiments/)."),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="The experiment folder (default: runs/experiments/<name>); resumed if it exists.",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Check the file and every arm's configuration, run nothing."
+    ),
+) -> None:
+    """Run several arms (configurations of the loop) with one budget and compare them on held-out suites."""
+    from rich.markup import escape
+
+    from spade_rl.corpus import CorpusError
+    from spade_rl.experiment import ExperimentError, load_experiment
+    from spade_rl.loop.config import ConfigError
+    from spade_rl.policy import PolicyError
+
+    try:
+        spec = load_experiment(file)
+    except (ExperimentError, ConfigError) as exc:
+        raise fail(str(exc)) from None
+    folder = out or Path("runs") / "experiments" / spec.name
+    arms = ", ".join(arm.name for arm in spec.arms)
+    console.print(
+        f"experiment {escape(spec.name)}: arms {escape(arms)}; seeds {list(spec.seeds)}; "
+        f"{spec.budget.describe()}; evaluation {', '.join(spec.evaluation.suites)} "
+        f"(limit {spec.evaluation.limit}); baseline {escape(spec.baseline or 'none')}; "
+        f"{escape(spec.placement.describe())}",
+        highlight=False,
+    )
+    if check:
+        console.print("every arm's configuration is valid; nothing run (--check)")
+        return
+    from spade_rl.experiment import run_experiment
+
+    try:
+        outcome = run_experiment(spec, folder, progress=lambda m: console.print(escape(m), highlight=False))
+    except (ExperimentError, ConfigError, CorpusError, PolicyError, SandboxUnavailable) as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        outcome.comparison_md.read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True
+    )
+    for warning in outcome.warnings:
+        console.print(f"[yellow]note:[/] {escape(warning)}", highlight=False)
+    console.print(f"comparison: {outcome.comparison_json}, {outcome.comparison_md}", highlight=False)
+    if outcome.figure is not None:
+        console.print(f"figure: {outcome.figure}", highlight=False)
