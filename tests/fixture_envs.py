@@ -58,3 +58,15 @@ SMALL = [
     "design.validation.call_timeout_s=0.5",
     "train.learning_rate=1e-3",
 ]
+
+
+def scripted_roles(model, tokenizer, designs: list[str]) -> dict:
+    """SelfPlay's two roles for a test: the tiny model plays (and trains), a scripted designer writes
+    ``designs`` in turn (real token ids of the same tokenizer). ``SelfPlay(config, dir, **roles)``."""
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+
+    return {
+        "policy": TransformersPolicy(model, tokenizer),
+        "designer_policy": FakePolicy(designs, tokenizer=tokenizer),
+    }

@@ -12,8 +12,9 @@ import random
 from pathlib import Path
 
 import pytest
-from test_selfplay import HANGS, PARITY, SMALL, RoutingPolicy, designer_output
+from test_selfplay import HANGS, PARITY, SMALL, designer_output
 
+from fixture_envs import scripted_roles
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import ValidationSettings
@@ -98,14 +99,14 @@ def test_hint_written_by_the_designer_or_by_a_second_call(archive, pool, mode):
 @pytest.mark.slow
 def test_fixed_pool_never_calls_the_designer(tmp_path):
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [])  # any designer prompt would exhaust this script
+    policy = TransformersPolicy(model, tokenizer)
     overrides = [*POOL_ONLY, "designer.source='none'", f"pool.jsonl='{parity_pool(tmp_path)}'"]
     with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+        assert run.designer_policy is None
         seen = spy_updates(run)
         [metrics] = list(run.iterations())
         [imported] = run.archive.ids(origin="import")
         played = run.archive.latest_stats()
-    assert policy.designs.calls == []
     assert metrics["designer/proposed"] == 0 and metrics["samples/designer"] == 0
     assert seen and {s.role for s in seen} == {"agent"}  # the agent trained on the pool
     assert set(played) == {imported} and played[imported].iteration == 1
@@ -115,9 +116,9 @@ def test_fixed_pool_never_calls_the_designer(tmp_path):
 @pytest.mark.parametrize("train", [True, False])
 def test_designer_training_switch(tmp_path, train):
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
+    roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
     overrides = [*ONE, f"designer.train={str(train).lower()}", "pool.reference=[]"]
-    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", **roles) as run:
         seen = spy_updates(run)
         [metrics] = list(run.iterations())
     assert metrics["designer/reasons"] == {"ok": 1, "timeout": 1}  # the designer was asked all the same
@@ -132,7 +133,7 @@ def test_designer_training_switch(tmp_path, train):
 @pytest.mark.slow
 def test_frozen_designer_designs_and_is_never_trained(tmp_path):
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [])  # the trained policy is never asked to design
+    policy = TransformersPolicy(model, tokenizer)
     designer = FakePolicy([designer_output(PARITY)] * 2, tokenizer=tokenizer)  # e.g. an endpoint
     overrides = [*ONE, "designer.source='frozen'", "pool.reference=[]"]
     with SelfPlay(
@@ -141,7 +142,7 @@ def test_frozen_designer_designs_and_is_never_trained(tmp_path):
         seen = spy_updates(run)
         [metrics] = list(run.iterations())
         origins = {run.archive.get(i).origin for i in run.archive.ids(valid=True)}
-    assert len(designer.calls) == 1 and policy.designs.calls == []
+    assert len(designer.calls) == 1 and run.designer_policy is designer
     assert metrics["designer/proposed"] == 2 and origins == {"designer"}
     assert seen and all(s.role == "agent" for s in seen)
 
@@ -175,9 +176,9 @@ def test_frozen_copy_needs_an_in_process_model():
 @pytest.mark.parametrize("mode", ["regret", "band"])
 def test_designer_reward_mode_reaches_the_designer(tmp_path, mode):
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
+    roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
     overrides = [*ONE, f"rewards.mode='{mode}'", "rewards.progress_bonus=0.0", "pool.reference=[]"]
-    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", **roles) as run:
         [metrics] = list(run.iterations())
         [valid] = run.archive.ids(valid=True, origin="designer")
         stats = run.archive.latest_stats([valid])[valid].stats

@@ -10,8 +10,9 @@ import json
 import shutil
 
 import pytest
-from test_selfplay import HANGS, PARITY, SMALL, RoutingPolicy, designer_output
+from test_selfplay import HANGS, PARITY, SMALL, designer_output
 
+from fixture_envs import scripted_roles
 from spade_rl.evaluate.results import EvalResult
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.run import SelfPlay
@@ -29,9 +30,9 @@ EVAL = [
 ]
 
 
-def routing_policy() -> RoutingPolicy:
+def roles() -> dict:
     model, tokenizer = tiny_random_model(seed=0)
-    return RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 3)
+    return scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 3)
 
 
 def metrics_lines(run_dir) -> list[dict]:
@@ -49,7 +50,7 @@ def spy_evaluations(run: SelfPlay) -> list[int]:
 def test_every_e_iterations_writes_the_result_and_its_metrics(tmp_path):
     run_dir = tmp_path / "run"
     config = load_config(None, [*SMALL, "loop.iterations=2", "eval.every=2", *EVAL])
-    with SelfPlay(config, run_dir, policy=routing_policy()) as run:
+    with SelfPlay(config, run_dir, **roles()) as run:
         list(run.iterations())
     assert sorted(p.name for p in (run_dir / "eval").iterdir()) == ["iter-0002.json"]
     result = EvalResult.read(run_dir / "eval" / "iter-0002.json")
@@ -67,7 +68,7 @@ def test_every_e_iterations_writes_the_result_and_its_metrics(tmp_path):
 def test_resume_neither_redoes_nor_loses_an_evaluation(tmp_path):
     run_dir = tmp_path / "run"
     config = load_config(None, [*SMALL, "loop.iterations=2", "eval.every=1", *EVAL])
-    with SelfPlay(config, run_dir, policy=routing_policy()) as run:
+    with SelfPlay(config, run_dir, **roles()) as run:
         list(run.iterations())
     first = (run_dir / "eval" / "iter-0001.json").read_bytes()
     # As if killed in iteration 2 after its evaluation was written but before the iteration was
@@ -77,7 +78,7 @@ def test_resume_neither_redoes_nor_loses_an_evaluation(tmp_path):
     (run_dir / "eval" / "iter-0003.json.tmp").write_text("{")
 
     resumed = load_config(run_dir / "config.json", ["loop.iterations=3"])
-    with SelfPlay(resumed, run_dir, resume=True, policy=routing_policy()) as run:
+    with SelfPlay(resumed, run_dir, resume=True, **roles()) as run:
         assert sorted(p.name for p in (run_dir / "eval").iterdir()) == ["iter-0001.json"]
         evaluated = spy_evaluations(run)
         list(run.iterations())

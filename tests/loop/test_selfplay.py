@@ -18,31 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from fixture_envs import HANGS, PARITY, SMALL, designer_output
+from fixture_envs import HANGS, PARITY, SMALL, designer_output, scripted_roles
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.run import SelfPlay
-from spade_rl.policy import FakePolicy, tiny_random_model
-from spade_rl.policy.transformers_backend import TransformersPolicy
-
-
-class RoutingPolicy(TransformersPolicy):
-    """The tiny model plays; designer prompts get scripted answers (with real token ids)."""
-
-    def __init__(self, model, tokenizer, designs):
-        super().__init__(model, tokenizer)
-        self.designs = FakePolicy(designs, tokenizer=tokenizer)
-
-    def generate(self, chats, settings):
-        if chats and chats[0][0]["content"].startswith("You design executable"):
-            return self.designs.generate(chats, settings)
-        return super().generate(chats, settings)
+from spade_rl.policy import tiny_random_model
 
 
 def test_two_iterations_train_both_roles(tmp_path):
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 2)
+    roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 2)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    with SelfPlay(load_config(None, SMALL), tmp_path / "run", policy=policy) as run:
+    with SelfPlay(load_config(None, SMALL), tmp_path / "run", **roles) as run:
         seen = []
         update = run.updater.update
         run.updater.update = lambda samples: (seen.append(list(samples)), update(samples))[1]
@@ -202,14 +188,14 @@ def test_played_environments_get_the_constructor_arguments_they_were_validated_w
     assert "max_turns=2" in TURNS  # its own default would be 2 as well: make it differ
     source = TURNS.replace("max_turns=2", "max_turns=7")
     model, tokenizer = tiny_random_model(seed=0)
-    policy = RoutingPolicy(model, tokenizer, [designer_output(source), designer_output(PARITY)])
+    roles = scripted_roles(model, tokenizer, [designer_output(source), designer_output(PARITY)])
     overrides = [
         *SMALL,
         "loop.iterations=1",
         "pool.reference=['guess']",
         "pool.reference_kwargs={guess={high=3}}",  # won within the run's 2 turns
     ]
-    with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", **roles) as run:
         list(run.iterations())
         turns_id = next(i for i in run.archive.ids(valid=True) if "TurnsEnv" in run.archive.get(i).source)
         guess_id = run.archive.ids(origin="reference")[0]

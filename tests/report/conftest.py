@@ -50,16 +50,6 @@ def real_run(tmp_path_factory) -> Path:
     from spade_rl.policy import tiny_random_model
     from spade_rl.policy.transformers_backend import TransformersPolicy
 
-    class RoutingPolicy(TransformersPolicy):
-        def __init__(self, model, tokenizer, designs):
-            super().__init__(model, tokenizer)
-            self.designs = FakePolicy(designs, tokenizer=tokenizer)
-
-        def generate(self, chats, settings):
-            if chats and chats[0][0]["content"].startswith("You design executable"):
-                return self.designs.generate(chats, settings)
-            return super().generate(chats, settings)
-
     designs = [
         designer_output(PARITY),
         designer_output(HANGS),
@@ -71,7 +61,10 @@ def real_run(tmp_path_factory) -> Path:
     model, tokenizer = tiny_random_model(seed=0)
     run_dir = tmp_path_factory.mktemp("real") / "run"
     with SelfPlay(
-        load_config(None, SMALL_RUN), run_dir, policy=RoutingPolicy(model, tokenizer, designs)
+        load_config(None, SMALL_RUN),
+        run_dir,
+        policy=TransformersPolicy(model, tokenizer),
+        designer_policy=FakePolicy(designs, tokenizer=tokenizer),  # a scripted designer, the model plays
     ) as run:
         for _ in run.iterations():
             pass

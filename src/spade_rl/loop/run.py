@@ -82,7 +82,7 @@ class SelfPlay:
         *,
         resume: bool = False,
         policy: Policy | None = None,
-        designer_policy: Policy | None = None,  # designer.source = "frozen": this one designs
+        designer_policy: Policy | None = None,  # who writes the designs (default: policy; see _make_designer)
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -328,14 +328,21 @@ class SelfPlay:
         return self._eval_pool_owned
 
     def _make_designer(self, given: Policy | None) -> Policy | None:
-        """The policy that designs when it is not the trained one (designer.source = "frozen")."""
+        """Who writes the designs when it is not ``self.policy``: ``given`` (any source that designs;
+        with designer.source = "policy" its designs still train the shared policy, so it must share
+        the policy's tokenizer: a scripted designer in tests, the same model served elsewhere), else for
+        designer.source = "frozen" the [designer.policy] model or a frozen copy of the starting weights."""
         designer = self.config.designer
-        if designer.source != "frozen":
+        if designer.source == "none":
             if given is not None:
-                raise ConfigError(f"a designer policy was given, but designer.source is {designer.source!r}")
+                raise ConfigError(
+                    "a designer policy was given, but designer.source is 'none' (nothing designs)"
+                )
             return None
         if given is not None:
             return given
+        if designer.source == "policy":
+            return None
         if designer.policy is not None:
             return make_policy(designer.policy)
         return frozen_copy(self.policy)
