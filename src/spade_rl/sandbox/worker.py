@@ -1,6 +1,7 @@
 """The sandbox worker: a process that hardens itself, then runs one environment source.
 
-Started by :mod:`spade_rl.sandbox.pool` as ``python -I -c <bootstrap> <settings-json>``. It keeps
+Started by :mod:`spade_rl.sandbox.pool` as ``python -I -c <bootstrap> <settings-json>``
+(:func:`spade_rl.sandbox.launch.worker_command`). It keeps
 the protocol pipes on private descriptors, points 0/1/2 at ``/dev/null``, imports the modules
 environments may use, applies every layer (``hardening.harden``), reports them to the pool, and only
 then reads requests. A worker is bound to the first source it loads; it may hold many instances of
