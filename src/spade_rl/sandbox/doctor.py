@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -31,18 +30,6 @@ class LayerRow:
     available: bool
     active: bool  # applied by a real worker just now
     detail: str
-
-
-def user_namespaces() -> tuple[bool, str]:
-    """Whether this process may create a user namespace (tried in a throwaway child)."""
-    code = "import ctypes,sys; sys.exit(0 if ctypes.CDLL(None,use_errno=True).unshare(0x10000000)==0 else 1)"
-    try:
-        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"could not test: {exc}"
-    if done.returncode == 0:
-        return True, "unshare(CLONE_NEWUSER) allowed"
-    return False, "unshare(CLONE_NEWUSER) refused (container seccomp profile or sysctl)"
 
 
 def bwrap_status() -> tuple[bool, str]:

@@ -13,6 +13,10 @@ from typing import Any
 
 
 class Status(enum.StrEnum):
+    """How a call ended. After ``TIMEOUT``, ``CRASHED``, ``MEMORY``, ``OUTPUT_TOO_LARGE`` and
+    ``PROTOCOL_ERROR`` the worker is killed and replaced (its other episodes answer ``WORKER_LOST``);
+    after ``EXCEPTION`` it is retired once its episodes close."""
+
     OK = "ok"
     EXCEPTION = "exception"  # the environment raised (or broke the contract while loading)
     TIMEOUT = "timeout"
@@ -25,18 +29,6 @@ class Status(enum.StrEnum):
 
 # The reason codes a worker may report for a source it could not load (``spade_rl.envs.loader``).
 LOADER_REASONS = frozenset({"syntax_error", "no_env_class", "multiple_env_classes"})
-
-# Statuses after which the worker is killed and replaced.
-FATAL = frozenset(
-    {
-        Status.TIMEOUT,
-        Status.CRASHED,
-        Status.MEMORY,
-        Status.OUTPUT_TOO_LARGE,
-        Status.PROTOCOL_ERROR,
-        Status.WORKER_LOST,
-    }
-)
 
 
 @dataclass(frozen=True)
