@@ -55,7 +55,6 @@ def design(
         config = DesignPhaseConfig(
             n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form, prompt=prompt
         )
-        config.chat_prompt  # noqa: B018  (the phase's prompt settings, checked before any model loads)
         warmup_config = WarmupConfig(designs=warmup)
         documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
     except (ValueError, CorpusError) as exc:

@@ -13,6 +13,7 @@ from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, rea
 from spade_rl.envs import reference
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
 from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from spade_rl.stats import summarise
 
 
 def _resolve_play_target(
@@ -123,16 +124,13 @@ def _play_model(
     for column in ("hint", "win rate", "mean return", "mean turns", "ended by"):
         table.add_column(column)
     for use_hint in arms:
-        arm = [e for e in results if e.spec.use_hint == use_hint]
-        ended = {}
-        for e in arm:
-            ended[e.stop_reason] = ended.get(e.stop_reason, 0) + 1
+        arm = summarise([e for e in results if e.spec.use_hint == use_hint])
         table.add_row(
             "with" if use_hint else "without",
-            f"{sum(e.won for e in arm) / len(arm):.2f}",
-            f"{sum(e.return_ for e in arm) / len(arm):.2f}",
-            f"{sum(len(e.turns) for e in arm) / len(arm):.1f}",
-            ", ".join(f"{k} {v}" for k, v in sorted(ended.items())),
+            f"{arm.win_rate:.2f}",
+            f"{arm.mean_return:.2f}",
+            f"{arm.mean_turns:.1f}",
+            ", ".join(f"{k} {v}" for k, v in arm.ended_by.items()),
         )
     console.print(table)
 

@@ -8,7 +8,8 @@ ask the policy (one batched generation for all proposals) for an environment and
 mode, a hint (a second batched generation that reads the code); parse; run the validation battery
 in the sandbox, on all proposals at once through the executor (local or Ray; a ``SandboxPool`` is
 accepted too); and record every proposal, valid or not, in the archive with its reason and lineage.
-Each ``DesignOutcome`` keeps the prompt and the generation, which become designer training samples.
+Each ``Design`` (``loop/stages.py``) keeps the prompt and the generation, which become designer
+training samples.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from spade_rl.corpus import Corpus
 from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_question_design
 from spade_rl.design.prompts import (
     GAME_SKILLS,
+    HINT_MODES,
     QUESTION_PREFIX,
     QUESTION_STOP,
+    SETTINGS,
     TOOL_USE_SKILLS,
     MemoryExample,
     PromptConfig,
@@ -36,6 +39,7 @@ from spade_rl.design.prompts import (
 from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.envs import kits, reference
 from spade_rl.executor import Executor, as_executor
+from spade_rl.loop.stages import Design, Proposal
 from spade_rl.policy import Generation, Policy, SamplingSettings
 from spade_rl.sandbox import SandboxPool
 
@@ -75,6 +79,10 @@ class DesignPhaseConfig:
             raise ValueError(f"design n must be a whole number of at least 1, got {self.n!r}")
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
+        if self.setting not in SETTINGS:
+            raise ValueError(f"design setting {self.setting!r} is not one of {list(SETTINGS)}")
+        if self.hint_mode not in HINT_MODES:
+            raise ValueError(f"design hint_mode {self.hint_mode!r} is not one of {list(HINT_MODES)}")
         if self.form == "question" and self.setting != "games":
             raise ValueError(
                 f"design form 'question' writes single-question games; setting is {self.setting!r} "
@@ -105,29 +113,7 @@ class DesignPhaseConfig:
         return TOOL_USE_SKILLS if self.setting == "tool_use" else GAME_SKILLS
 
 
-@dataclass
-class DesignOutcome:
-    """One proposal: where it came from, what the policy wrote, and the verdict."""
-
-    skill: str
-    document_id: str | None  # None without grounding
-    chat: list[dict]
-    generation: Generation
-    parsed: Parsed
-    report: ValidationReport | None  # None when parsing already failed
-    env_id: int
-    duplicate: bool
-    parents: tuple[int, ...]
-    hint_chat: list[dict] | None = None
-    hint_generation: Generation | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.report is not None and self.report.valid
-
-    @property
-    def reason(self) -> str:
-        return self.report.reason if self.report is not None else self.parsed.reason
+DesignOutcome = Design  # the name of earlier releases
 
 
 def _memory_examples(sample: MemorySample) -> list[MemoryExample]:
@@ -235,7 +221,7 @@ def design_environments(
     config: DesignPhaseConfig,
     rng: random.Random,
     iteration: int,
-) -> list[DesignOutcome]:
+) -> list[Design]:
     """Propose ``config.n`` environments, validate them and record them all in the archive."""
     if config.n is None:
         raise ValueError("DesignPhaseConfig.n is not set: say how many environments to propose")
@@ -342,20 +328,9 @@ def design_environments(
             },
             env_kwargs=report.env_kwargs if valid else None,
         )
-        outcomes.append(
-            DesignOutcome(
-                skill,
-                document_id,
-                chat,
-                generation,
-                result,
-                report,
-                added.env_id,
-                added.duplicate,
-                tuple(parents),
-                hint_chats[i],
-                hint_generations[i],
-            )
+        proposal = Proposal(
+            skill, document_id, tuple(parents), chat, generation, result, hint_chats[i], hint_generations[i]
         )
+        outcomes.append(Design(proposal, report, added.env_id, added.duplicate))
         log.info("design %d: %s (%s) env %d", i, "valid" if valid else "invalid", reason, added.env_id)
     return outcomes

@@ -39,37 +39,28 @@ import dataclasses
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from spade_rl.archive import Archive, PlayStats
+from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
-from spade_rl.loop.designing import DesignOutcome, design_environments
+from spade_rl.loop.designing import design_environments
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.rundir import RunDirectory
+from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
 from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.rewards import centred_advantages, designer_reward, invalid_design_reward, zscore_advantages
-from spade_rl.rollout import Episode, EpisodeSpec, run_episodes
+from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import SandboxPool
-from spade_rl.stats import iteration_means, play_stats
-from spade_rl.train import Sample, sample_from_episode, sample_from_generation
+from spade_rl.stats import play_stats
+from spade_rl.train import sample_from_episode, sample_from_generation
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PlayedEnv:
-    env_id: int
-    nohint: list[Episode]
-    hint: list[Episode]
-    stats: PlayStats
 
 
 class SelfPlay:
@@ -132,62 +123,40 @@ class SelfPlay:
 
     # --- one iteration ---------------------------------------------------------------------------------
     def iteration(self, i: int) -> dict:
+        """SPADE's iteration ``i``, stage by stage (loop/stages.py); returns its metrics line."""
         cfg = self.config
         rng = random.Random(f"{cfg.loop.seed}:{i}")
         started = time.perf_counter()
-        metrics: dict = {"iteration": i}
+        times: dict[str, float] = {}
         executor_before = dict(self.executor.stats)
 
         # 1-3, 7. ground, design, validate, archive
-        outcomes: list[DesignOutcome] = []
+        designs: list[Design] = []
         if cfg.designer.source != "none" and (i - 1) % cfg.loop.regenerate_every == 0:
             t = time.perf_counter()
             designer = self.designer_policy if self.designer_policy is not None else self.policy
-            outcomes = design_environments(
+            designs = design_environments(
                 designer, self.corpus, self.archive, self.executor, cfg.design_phase, rng, i
             )
-            metrics["time/design_s"] = time.perf_counter() - t
-        reasons = Counter(o.reason for o in outcomes)
-        metrics["designer/proposed"] = len(outcomes)
-        metrics["designer/valid_rate"] = sum(o.valid for o in outcomes) / len(outcomes) if outcomes else None
-        metrics["designer/reasons"] = dict(reasons)
+            times["time/design_s"] = time.perf_counter() - t
 
         # 4. play K without and K with the hint
         t = time.perf_counter()
-        env_ids = self._choose_envs(outcomes, rng)
-        played = self._play(env_ids, rng, i)
-        metrics["time/play_s"] = time.perf_counter() - t
+        played = self._play(self._choose_envs(designs, rng), rng, i)
+        times["time/play_s"] = time.perf_counter() - t
 
         # 5. rewards and advantages; 7. statistics into the archive
         for env in played:
             self.archive.record_stats(env.env_id, i, env.stats)
-        samples, groups = self._agent_samples(played)
-        designer = self._designer_samples(outcomes, {p.env_id: p for p in played}, len(groups))
-        if cfg.designer.trains:
-            samples += designer.samples
-        else:
-            metrics["samples/designer_untrained"] = len(designer.samples)
-        metrics.update(self._play_metrics(played))
-        metrics["designer/reward_mean"] = designer.mean_reward
-        metrics["groups/total"] = len(groups) + designer.groups
-        metrics["groups/zero_signal"] = sum(not g for g in groups) + designer.zero_signal
-        metrics["samples/agent"] = sum(s.role == "agent" for s in samples)
-        metrics["samples/designer"] = sum(s.role == "designer" for s in samples)
+        batch = self._batch(designs, played)
 
         # 6. one GRPO update of the shared policy
         t = time.perf_counter()
-        if samples:
-            clear = getattr(self.policy, "clear_prefix_cache", None)
-            if callable(clear):
-                # The weights are about to change: the cached keys/values would be stale after the update,
-                # and emptied now they leave their memory (up to 1.4 GiB on the CPU default) to it.
-                clear()
-            release_unused_memory()  # what play freed goes back before the update allocates its own
-            metrics.update(self.updater.update(samples))
-            release_unused_memory()
-        else:
-            metrics["train/skipped"] = 1.0
-        metrics["time/update_s"] = time.perf_counter() - t
+        update = self._update(batch)
+        times["time/update_s"] = time.perf_counter() - t
+
+        frontier = (cfg.archive.band_low, cfg.archive.band_high)
+        metrics = {"iteration": i, **iteration_metrics(designs, played, batch, update, frontier), **times}
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
         if self.executor.kind == "ray":
@@ -200,10 +169,10 @@ class SelfPlay:
             metrics.update(self._evaluate_iteration(i))  # after the update: the weights of iteration i
         return metrics
 
-    def _choose_envs(self, outcomes: list[DesignOutcome], rng: random.Random) -> list[int]:
+    def _choose_envs(self, designs: list[Design], rng: random.Random) -> list[int]:
         """New valid designs first, then the frontier-weighted pool, up to ``envs_per_iteration``."""
         wanted = self.config.loop.envs_per_iteration
-        chosen = list(dict.fromkeys(o.env_id for o in outcomes if o.valid))[:wanted]
+        chosen = list(dict.fromkeys(d.env_id for d in designs if d.valid))[:wanted]
         if len(chosen) < wanted:
             pool = self.archive.sample_pool(wanted, rng, setting=self.config.design.setting)
             chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
@@ -222,7 +191,7 @@ class SelfPlay:
                 use_hint=use_hint,
                 setting=r.setting,
                 env_kwargs=kwargs[r.env_id],
-                tag=(r.env_id, use_hint),
+                tag=PlayTag(r.env_id, use_hint),
             )
             for r in records
             for use_hint in (False, True)
@@ -233,74 +202,72 @@ class SelfPlay:
         )
         played = []
         for record in records:
-            nohint = [e for e in episodes if e.spec.tag == (record.env_id, False)]
-            hint = [e for e in episodes if e.spec.tag == (record.env_id, True)]
+            nohint = [e for e in episodes if e.spec.tag == PlayTag(record.env_id, False)]
+            hint = [e for e in episodes if e.spec.tag == PlayTag(record.env_id, True)]
             played.append(PlayedEnv(record.env_id, nohint, hint, play_stats(nohint, hint)))
         return played
 
-    def _agent_samples(self, played: list[PlayedEnv]) -> tuple[list[Sample], list[bool]]:
-        """No-hint episodes are the agent's samples: one group per environment, z-scored returns."""
-        samples, signal = [], []
+    def _batch(self, designs: list[Design], played: list[PlayedEnv]) -> TrainingBatch:
+        """Both roles' samples: the agent's no-hint episodes, one group per environment with z-scored
+        returns; one reward per proposal (valid and played: regret and plateau; invalid: the penalty),
+        centred per group, numbered after the agent's groups."""
+        drop = self.config.loop.drop_zero_signal_groups
+        batch = TrainingBatch(designer_trains=self.config.designer.trains)
         for group, env in enumerate(played):
             advantages = zscore_advantages([e.return_ for e in env.nohint])
-            signal.append(advantages.has_signal)
-            if not advantages.has_signal and self.config.loop.drop_zero_signal_groups:
+            batch.agent_groups += 1
+            batch.agent_zero_signal += not advantages.has_signal
+            if not advantages.has_signal and drop:
                 continue
             usable = [(e, a) for e, a in zip(env.nohint, advantages.advantages, strict=True) if e.token_ids]
-            samples += [sample_from_episode(e, a, group) for e, a in usable]
-        return samples, signal
+            batch.agent += [sample_from_episode(e, a, group) for e, a in usable]
 
-    def _designer_samples(
-        self, outcomes: list[DesignOutcome], played: dict[int, PlayedEnv], first_group: int
-    ):
-        """One reward per proposal (valid and played: regret and band; invalid: the penalty), centred."""
         rewards_config = self.config.rewards
+        by_env = {p.env_id: p for p in played}
         rewarded = []
-        for outcome in outcomes:
-            if outcome.valid:
-                env = played.get(outcome.env_id)
+        for design in designs:
+            if design.valid:
+                env = by_env.get(design.env_id)
                 if env is None:
                     continue  # valid but not played this iteration: no reward to learn from
                 reward = designer_reward(env.stats.win_rate_nohint, env.stats.regret, rewards_config)
             else:
-                checks = outcome.report.checks if outcome.report is not None else ()
-                reward = invalid_design_reward(outcome.reason, rewards_config, checks)
-            rewarded.append((outcome, reward))
+                checks = design.report.checks if design.report is not None else ()
+                reward = invalid_design_reward(design.reason, rewards_config, checks)
+            rewarded.append((design, reward))
+        if rewarded:
+            batch.designer_reward_mean = sum(r for _, r in rewarded) / len(rewarded)
         by_group: dict[str, list] = {}
-        for outcome, reward in rewarded:
-            key = "all" if self.config.loop.designer_group_by == "iteration" else outcome.skill
-            by_group.setdefault(key, []).append((outcome, reward))
-        result = _DesignerSamples([], 0, 0, sum(r for _, r in rewarded) / len(rewarded) if rewarded else None)
+        for design, reward in rewarded:
+            key = "all" if self.config.loop.designer_group_by == "iteration" else design.skill
+            by_group.setdefault(key, []).append((design, reward))
         for offset, members in enumerate(by_group.values()):
             advantages = centred_advantages([r for _, r in members])
-            result.groups += 1
+            batch.designer_groups += 1
             if not advantages.has_signal:
-                result.zero_signal += 1
-                if self.config.loop.drop_zero_signal_groups:
+                batch.designer_zero_signal += 1
+                if drop:
                     continue
-            for (outcome, _), a in zip(members, advantages.advantages, strict=True):
-                if outcome.generation.completion_token_ids:
-                    result.samples.append(sample_from_generation(outcome.generation, a, first_group + offset))
-        return result
+            for (design, _), a in zip(members, advantages.advantages, strict=True):
+                if design.generation.completion_token_ids:
+                    group = len(played) + offset
+                    batch.designer.append(sample_from_generation(design.generation, a, group))
+        return batch
 
-    def _play_metrics(self, played: list[PlayedEnv]) -> dict:
-        frontier = (self.config.archive.band_low, self.config.archive.band_high)
-        means = iteration_means([p.stats for p in played], frontier)
-        if not played:
-            return {
-                "agent/win_rate": None,
-                "agent/win_rate_hint": None,
-                "regret/mean": None,
-                "band/fraction": None,
-            }
-        return {
-            "agent/envs": means.envs,
-            "agent/win_rate": means.win_rate,
-            "agent/win_rate_hint": means.win_rate_hint,
-            "agent/mean_turns": means.mean_turns,
-            "regret/mean": means.regret,
-            "band/fraction": means.frontier_fraction,
-        }
+    def _update(self, batch: TrainingBatch) -> UpdateResult:
+        """One GRPO step on the batch (none when it is empty)."""
+        samples = batch.samples
+        if not samples:
+            return UpdateResult(skipped=True)
+        clear = getattr(self.policy, "clear_prefix_cache", None)
+        if callable(clear):
+            # The weights are about to change: the cached keys/values would be stale after the update,
+            # and emptied now they leave their memory (up to 1.4 GiB on the CPU default) to it.
+            clear()
+        release_unused_memory()  # what play freed goes back before the update allocates its own
+        metrics = self.updater.update(samples)
+        release_unused_memory()
+        return UpdateResult(metrics)
 
     # --- evaluation ----------------------------------------------------------------------------------
     def evaluate(self, config: EvalConfig, model: str = ""):
@@ -369,14 +336,6 @@ class SelfPlay:
         log.info(
             "resuming %s after iteration %d (%d partial environments discarded)", self.run_dir, done, removed
         )
-
-
-@dataclass
-class _DesignerSamples:
-    samples: list[Sample]
-    groups: int
-    zero_signal: int
-    mean_reward: float | None
 
 
 def evaluate_policy(policy: Policy, pool: SandboxPool, config: EvalConfig, model: str, backend: str):

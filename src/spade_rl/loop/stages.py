@@ -1,0 +1,180 @@
+"""The stages of one iteration as data: what each step of ``SelfPlay.iteration`` hands to the next.
+
+    Proposal      what the designer was asked and wrote, parsed        (loop/designing.py)
+      -> Design   the proposal with its verdict and its archive id     (design/validate.py, the archive)
+      -> PlayedEnv  one environment's episodes with and without the hint, and their PlayStats (rollout.py)
+      -> TrainingBatch  the samples of both roles with their advantages (rewards.py, train/samples.py)
+      -> UpdateResult   what the GRPO step reported, or why there was none (train/)
+
+:func:`iteration_metrics` computes an iteration's metrics line from them, once. An episode's
+``EpisodeSpec.tag`` is a :class:`PlayTag` (the archive id and whether the hint was shown).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from spade_rl.stats import iteration_means
+
+if TYPE_CHECKING:
+    from spade_rl.archive import PlayStats
+    from spade_rl.design.parse import Parsed
+    from spade_rl.design.validate import ValidationReport
+    from spade_rl.policy import Generation
+    from spade_rl.rollout import Episode
+    from spade_rl.train import Sample
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One request to the designer: the skill, the grounding document and the memory it was shown
+    (``parents``: archive ids), the chat and what the policy wrote, parsed; in the two-call hint mode
+    also the hint call's chat and generation."""
+
+    skill: str
+    document_id: str | None  # None without grounding
+    parents: tuple[int, ...]
+    chat: list[dict]
+    generation: Generation
+    parsed: Parsed
+    hint_chat: list[dict] | None = None
+    hint_generation: Generation | None = None
+
+
+@dataclass(frozen=True)
+class Design:
+    """A proposal with its verdict: the validation report (None when parsing already failed) and the
+    archive id it was recorded under (``duplicate``: the archive already held that source)."""
+
+    proposal: Proposal
+    report: ValidationReport | None
+    env_id: int
+    duplicate: bool
+
+    @property
+    def valid(self) -> bool:
+        return self.report is not None and self.report.valid
+
+    @property
+    def reason(self) -> str:
+        return self.report.reason if self.report is not None else self.proposal.parsed.reason
+
+    # The proposal's fields, read through the design.
+    @property
+    def skill(self) -> str:
+        return self.proposal.skill
+
+    @property
+    def document_id(self) -> str | None:
+        return self.proposal.document_id
+
+    @property
+    def parents(self) -> tuple[int, ...]:
+        return self.proposal.parents
+
+    @property
+    def chat(self) -> list[dict]:
+        return self.proposal.chat
+
+    @property
+    def generation(self) -> Generation:
+        return self.proposal.generation
+
+    @property
+    def parsed(self) -> Parsed:
+        return self.proposal.parsed
+
+    @property
+    def hint_chat(self) -> list[dict] | None:
+        return self.proposal.hint_chat
+
+    @property
+    def hint_generation(self) -> Generation | None:
+        return self.proposal.hint_generation
+
+
+class PlayTag(NamedTuple):
+    """The label of one episode of the play phase (``EpisodeSpec.tag``)."""
+
+    env_id: int
+    use_hint: bool
+
+
+@dataclass
+class PlayedEnv:
+    """One environment's play in one iteration: K episodes without the hint, K with it."""
+
+    env_id: int
+    nohint: list[Episode]
+    hint: list[Episode]
+    stats: PlayStats
+
+
+@dataclass
+class TrainingBatch:
+    """The samples of one update: the agent's (one group per played environment, z-scored returns of the
+    no-hint episodes) and the designer's (one per rewarded proposal, centred per group); ``groups`` and
+    ``zero_signal`` count the groups of each role, dropped or not."""
+
+    agent: list[Sample] = field(default_factory=list)
+    designer: list[Sample] = field(default_factory=list)
+    agent_groups: int = 0
+    agent_zero_signal: int = 0
+    designer_groups: int = 0
+    designer_zero_signal: int = 0
+    designer_reward_mean: float | None = None
+    designer_trains: bool = True  # False: the designer's samples are rewarded but kept out of the update
+
+    @property
+    def samples(self) -> list[Sample]:
+        """What the update trains on."""
+        return self.agent + (self.designer if self.designer_trains else [])
+
+
+@dataclass
+class UpdateResult:
+    """The GRPO step's metrics (``train/...``), or ``skipped`` when the batch was empty."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+
+
+def iteration_metrics(
+    designs: list[Design],
+    played: list[PlayedEnv],
+    batch: TrainingBatch,
+    update: UpdateResult,
+    frontier: tuple[float, float],
+) -> dict[str, Any]:
+    """The stage-derived part of an iteration's metrics line (times and executor counters are the
+    loop's): designer verdicts, the agent's play (``spade_rl.stats.iteration_means``), the batch and
+    the update."""
+    metrics: dict[str, Any] = {
+        "designer/proposed": len(designs),
+        "designer/valid_rate": sum(d.valid for d in designs) / len(designs) if designs else None,
+        "designer/reasons": dict(Counter(d.reason for d in designs)),
+    }
+    means = iteration_means([p.stats for p in played], frontier)
+    if played:
+        metrics["agent/envs"] = means.envs
+    metrics["agent/win_rate"] = means.win_rate
+    metrics["agent/win_rate_hint"] = means.win_rate_hint
+    if played:
+        metrics["agent/mean_turns"] = means.mean_turns
+    metrics["regret/mean"] = means.regret
+    metrics["band/fraction"] = means.frontier_fraction
+    if not batch.designer_trains:
+        metrics["samples/designer_untrained"] = len(batch.designer)
+    metrics["designer/reward_mean"] = batch.designer_reward_mean
+    metrics["groups/total"] = batch.agent_groups + batch.designer_groups
+    metrics["groups/zero_signal"] = batch.agent_zero_signal + batch.designer_zero_signal
+    trained = batch.samples
+    metrics["samples/agent"] = sum(s.role == "agent" for s in trained)
+    metrics["samples/designer"] = sum(s.role == "designer" for s in trained)
+    if update.skipped:
+        metrics["train/skipped"] = 1.0
+    else:
+        metrics.update(update.metrics)
+    return metrics
