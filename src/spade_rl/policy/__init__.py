@@ -8,9 +8,10 @@
 
 Backends: ``TransformersPolicy`` (in process, CPU or GPU), ``OpenAIPolicy`` (any OpenAI-compatible server),
 ``VLLMPolicy`` (in process, GPU extra), ``ServerPolicy`` (token prompts split across vLLM servers, whose
-weights ``spade_rl.policy.weight_sync`` keeps in step with a trainer), and ``FakePolicy`` (scripted, for
-model-free tests; ``spade_rl.testing.fake_vllm`` serves a model the way vLLM does, on loopback). Models:
-``resolve_model`` / ``load_pretrained`` (the packaged default, hub ids, folders) and ``tiny_random_model``.
+weights ``spade_rl.policy.weight_sync`` keeps in step with a trainer), and ``FakePolicy`` (scripted: for
+model-free tests and ``spade-rl design --from-jsonl``; ``spade_rl.testing.fake_vllm`` serves a model the way
+vLLM does, on loopback). Models: ``resolve_model`` / ``load_pretrained`` (the packaged default, hub ids,
+folders) and ``tiny_random_model``.
 This package knows nothing of environments or the sandbox. Heavy imports (torch, transformers, openai,
 vllm) happen only when a backend or model is used.
 """

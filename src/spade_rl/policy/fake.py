@@ -1,4 +1,5 @@
-"""A scripted policy for model-free unit tests of the layers above (rollouts, design, the loop).
+"""A scripted policy: model-free unit tests of the layers above (rollouts, design, the loop), and the replay
+of recorded designer outputs (``spade-rl design --from-jsonl``), which is why it lives in the package.
 
     policy = FakePolicy(["\\\\boxed{left}", "\\\\boxed{up}"])            # answers in turn, then raises
     policy = FakePolicy(lambda chat: "<answer>42</answer>")              # answers from the chat
