@@ -7,8 +7,11 @@
     metrics = updater.update(samples)                                 # one optimiser step
 
 ``samples`` (:class:`Sample`, helpers from episodes and designer generations, the batch layout),
-``config`` (:class:`TrainConfig`) and ``updater`` (:class:`GRPOUpdater`: TRL's ``GRPOTrainer`` driven one
-step per call). Importing this package is light; torch and trl load with :class:`GRPOUpdater`.
+``config`` (:class:`TrainConfig`), ``loss`` (the GRPO loss written out, a pure function of per-token
+log-probs), ``updater`` (:class:`GRPOUpdater`: TRL's ``GRPOTrainer`` driven one step per call, with our
+loss), ``trl_engine`` (every private TRL / transformers call, behind a version check) and
+``micro_batches`` (the batch cut into length-sorted micro-batches). Importing this package is light; torch
+and trl load with :class:`GRPOUpdater`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# The loss variants trl 1.16's GRPOTrainer._compute_loss implements.
+# The loss variants of trl 1.16's GRPOTrainer: the first four are computed by spade_rl.train.loss, the
+# others by TRL's own _compute_loss.
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 # Where the "old" log-probabilities of the importance ratio come from (see spade_rl.train.updater).
 OLD_LOGPROBS = ("sampling", "recompute")

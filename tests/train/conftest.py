@@ -1,0 +1,46 @@
+"""Fixtures of the GRPO update's tests: one thread, the default tokenizer, a factory of updaters on a fresh
+tiny model (CPU, no network)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from train_helpers import G
+
+from spade_rl.policy import default_tokenizer, tiny_random_model
+from spade_rl.train import GRPOUpdater, TrainConfig
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's matrices are too small to share among threads: one thread is faster, and much
+    faster on a busy machine. Restored after each module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return default_tokenizer()
+
+
+@pytest.fixture
+def make_updater(tokenizer, tmp_path):
+    """make_updater(model=None, **config) -> GRPOUpdater on a fresh tiny model (seed 0) unless given one."""
+
+    def make(model=None, **overrides):
+        if model is None:
+            model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+        settings = dict(
+            learning_rate=1e-3,
+            num_generations=G,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            output_dir=str(tmp_path / "out"),
+        )
+        settings.update(overrides)
+        return GRPOUpdater(model, tokenizer, TrainConfig(**settings))
+
+    return make
