@@ -49,7 +49,7 @@ def test_designer_reward_blend_and_modes():
     assert designer_reward(0.5, 0.5, config) == pytest.approx(1.0)
     assert designer_reward(1.0, 0.0, config) == 0.0
     assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="regret")) == pytest.approx(0.075)
-    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="band")) == pytest.approx(0.6)
+    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="plateau")) == pytest.approx(0.6)
 
 
 def test_penalties():
@@ -83,7 +83,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="blend"):
         DesignerRewardConfig(mode="max")
     with pytest.raises(ValueError, match="plateau"):
-        DesignerRewardConfig(band_low=0.7, band_high=0.6)
+        DesignerRewardConfig(plateau_low=0.7, plateau_high=0.6)
 
 
 def test_validation_progress_and_bonus():
@@ -118,4 +118,4 @@ def test_validation_progress_and_bonus():
     assert designer_reward(0.0, 0.0, shaped) > invalid_design_reward(
         "trivial_policy_wins", shaped, BATTERY_CHECKS[:9]
     )
-    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="band")) == pytest.approx(0.6)  # no bonus
+    assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="plateau")) == pytest.approx(0.6)  # no bonus

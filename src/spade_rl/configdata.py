@@ -155,3 +155,52 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw
     return key, value
+
+
+def get_dotted(data: dict, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted key in nested tables."""
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _pop_dotted(data: dict, dotted: str) -> None:
+    *tables, last = dotted.split(".")
+    node: Any = data
+    for part in tables:
+        node = node[part]
+    del node[last]
+
+
+def upgrade_renamed(
+    data: dict, keys: dict[str, str], values: dict[str, dict[str, str]], where: str = "the configuration"
+) -> tuple[dict, list[str]]:
+    """``data`` with renamed keys and values under their new names, and one deprecation message per
+    old name found (the caller shows them). A key given under both its old and its new name is refused:
+    which one was meant cannot be known."""
+    import copy
+
+    data = copy.deepcopy(data)
+    notes = []
+    for old, new in keys.items():
+        found, value = get_dotted(data, old)
+        if not found:
+            continue
+        if get_dotted(data, new)[0]:
+            raise ConfigError(f"{where} sets both {old} (its old name) and {new}: keep only {new}")
+        _pop_dotted(data, old)
+        set_dotted(data, new, value)
+        notes.append(
+            f"{old} is deprecated: it is called {new} now (the old name is read until the next release)"
+        )
+    for key, renames in values.items():
+        found, value = get_dotted(data, key)
+        if found and isinstance(value, str) and value in renames:
+            set_dotted(data, key, renames[value])
+            notes.append(
+                f"{key} = {value!r} is deprecated: it is {renames[value]!r} now (read until the next release)"
+            )
+    return data, notes

@@ -3,14 +3,15 @@
 Agent: the return of an episode is its final reward, 0 when the episode was truncated (ran out of
 turns or context). Advantages are z-scores within the group of plays of one environment.
 
-Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the difficulty band
+Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the difficulty plateau
 ``plateau(win)`` (1 inside ``[0.4, 0.6]``, falling linearly to 0 over 0.25 on each side); the
 reference blend ``0.6 * plateau(win) + 0.4 * clip(regret / 0.15, 0, 1)``, or pure regret, or the
-pure band. Designs that fail validation get a fixed penalty (0 when invalid, -0.5 on timeout).
+pure plateau. Designs that fail validation get a fixed penalty (0 when invalid, -0.5 on timeout).
 Designer advantages are centred within their group (one prompt group or one skill).
 
-A group whose rewards are all equal carries no signal for GRPO: ``group_advantages`` reports it so
-that callers can count such groups and drop them from the update.
+A group whose rewards are all equal carries no signal for GRPO: :func:`zscore_advantages` and
+:func:`centred_advantages` report it (``has_signal``) so that callers can count such groups and drop
+them from the update.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DESIGNER_MODES = ("blend", "regret", "band")
+DESIGNER_MODES = ("blend", "regret", "plateau")
 
 
 def mean(values: Sequence[float]) -> float:
@@ -51,13 +52,13 @@ def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 
 
 @dataclass(frozen=True)
 class DesignerRewardConfig:
-    mode: str = "blend"  # blend | regret | band
-    w_band: float = 0.6
+    mode: str = "blend"  # blend | regret | plateau
+    w_plateau: float = 0.6
     w_regret: float = 0.4
     regret_scale: float = 0.15
-    band_low: float = 0.4
-    band_high: float = 0.6
-    band_ramp: float = 0.25
+    plateau_low: float = 0.4
+    plateau_high: float = 0.6
+    plateau_ramp: float = 0.25
     invalid_penalty: float = 0.0
     timeout_penalty: float = -0.5
     # Our extension, off in the paper's setting: an invalid design also earns
@@ -70,9 +71,9 @@ class DesignerRewardConfig:
             raise ValueError(f"designer reward mode {self.mode!r} is not one of {list(DESIGNER_MODES)}")
         if self.regret_scale <= 0:
             raise ValueError(f"regret_scale must be positive, got {self.regret_scale}")
-        if self.w_band < 0 or self.w_regret < 0 or self.progress_bonus < 0:
-            raise ValueError("w_band, w_regret and progress_bonus must not be negative")
-        plateau(0.5, self.band_low, self.band_high, self.band_ramp)  # validates the band
+        if self.w_plateau < 0 or self.w_regret < 0 or self.progress_bonus < 0:
+            raise ValueError("w_plateau, w_regret and progress_bonus must not be negative")
+        plateau(0.5, self.plateau_low, self.plateau_high, self.plateau_ramp)  # validates the plateau
 
 
 def designer_reward(win_rate: float, regret_value: float, config: DesignerRewardConfig) -> float:
@@ -80,13 +81,13 @@ def designer_reward(win_rate: float, regret_value: float, config: DesignerReward
     bonus (``progress_bonus * 1``): a valid design is never worth less than an invalid one, whatever
     the agent made of it (with the bonus on, an invalid design that got far would otherwise out-earn a
     valid one that nobody solves)."""
-    band = plateau(win_rate, config.band_low, config.band_high, config.band_ramp)
+    on_plateau = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
     scaled_regret = min(1.0, max(0.0, regret_value / config.regret_scale))
     if config.mode == "regret":
         return regret_value + config.progress_bonus
-    if config.mode == "band":
-        return band + config.progress_bonus
-    return config.w_band * band + config.w_regret * scaled_regret + config.progress_bonus
+    if config.mode == "plateau":
+        return on_plateau + config.progress_bonus
+    return config.w_plateau * on_plateau + config.w_regret * scaled_regret + config.progress_bonus
 
 
 # How far a design got, by the first failure: stages before the validation battery, then the

@@ -6,7 +6,7 @@
 
 A win is the rollout's (``Episode.won``: terminated with a final reward of 1); regret is the rewards
 module's (mean hint return minus mean no-hint return, floored at 0). The frontier is the archive's
-range of no-hint win rates (``archive.band_low`` .. ``band_high``) that counts an environment as
+range of no-hint win rates (``archive.frontier_low`` .. ``frontier_high``) that counts an environment as
 learnable; ``frontier_fraction`` is the share of an iteration's environments inside it.
 """
 

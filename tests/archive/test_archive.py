@@ -240,8 +240,8 @@ def test_record_stats_rejects_bad_input(archive):
 
 
 def test_config_validation_says_what_is_allowed():
-    with pytest.raises(ValueError, match="need 0 <= band_low < band_high <= 1"):
-        ArchiveConfig(band_low=0.9, band_high=0.1)
+    with pytest.raises(ValueError, match="need 0 <= frontier_low < frontier_high <= 1"):
+        ArchiveConfig(frontier_low=0.9, frontier_high=0.1)
     with pytest.raises(ValueError, match="weight_floor must lie in \\(0, 1\\]"):
         ArchiveConfig(weight_floor=0.0)
     with pytest.raises(ValueError, match="memory_positives must be an integer >= 0"):
@@ -301,7 +301,7 @@ def test_weighted_sample_is_deterministic_and_distinct():
 
 @pytest.fixture
 def known(archive):
-    """An archive of known win rates: four in the band, one too hard, one too easy, and distractors."""
+    """An archive of known win rates: four on the frontier, one too hard, one too easy, and distractors."""
     band = {}
     for i, (win, regret) in enumerate([(0.5, 0.4), (0.3, 0.2), (0.7, 0.0), (0.15, 0.1)]):
         band[add(archive, env_source(i))] = (win, regret)
@@ -359,7 +359,7 @@ def test_memory_falls_back_to_references_then_to_fewer_examples(archive):
     refs = [add(archive, env_source(i), origin="reference") for i in (1, 2, 3)]
     memory = archive.sample_memory(random.Random(3), skill="logic")
     assert memory.fallback and not memory.complete
-    assert "no played environment has a win rate in the band" in memory.message
+    assert "no played environment has a win rate on the frontier" in memory.message
     assert {e.kind for e in memory.positives} == {"reference"} and len(memory.positives) == 2
     assert {e.record.env_id for e in memory.positives} <= set(refs)
     assert [(e.record.env_id, e.kind) for e in memory.negatives] == [(easy, "too_easy")]

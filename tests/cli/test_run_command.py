@@ -24,6 +24,6 @@ def test_the_iteration_line_shows_missing_metrics_as_a_dash():
         "time/iteration_s": 61.4,
     }
     line = _iteration_line(metrics)
-    assert line == ("iter   3  valid 0.50  win 0.25  win+hint -  regret 0.12  band -  loss 0.01235  61 s"), (
-        line
-    )
+    assert line == (
+        "iter   3  valid 0.50  win 0.25  win+hint -  regret 0.12  frontier -  loss 0.01235  61 s"
+    ), line

@@ -173,7 +173,7 @@ def test_frozen_copy_needs_an_in_process_model():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["regret", "band"])
+@pytest.mark.parametrize("mode", ["regret", "plateau"])
 def test_designer_reward_mode_reaches_the_designer(tmp_path, mode):
     model, tokenizer = tiny_random_model(seed=0)
     roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)])
@@ -198,7 +198,7 @@ def test_switches_are_validated_before_anything_runs(tmp_path):
         "pool.reasoning_gym_items=0": r"reasoning_gym_items must be at least 1",
         "designer.policy.backend='openai'": r"designer.policy is only used with designer.source = 'frozen'",
         "designer.colour='red'": r"unknown key designer.colour; allowed keys of \[designer\]: policy, source",
-        "rewards.mode='mixed'": r"designer reward mode 'mixed' is not one of \['blend', 'regret', 'band'\]",
+        "rewards.mode='mixed'": r"designer reward mode 'mixed' is not one of \['blend', 'regret', 'plat",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError, match=message):

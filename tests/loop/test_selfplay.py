@@ -85,6 +85,22 @@ def test_derived_values_are_refused_when_set_apart_and_used_when_equal(monkeypat
         load_config(None, ["design.prompt.hint.max_words=0"])
 
 
+def test_renamed_keys_are_read_with_a_warning_that_names_the_new_key():
+    with pytest.warns(
+        FutureWarning, match=r"archive\.band_low is deprecated: it is called archive\.frontier_low"
+    ):
+        config = load_config(None, ["archive.band_low=0.2"])
+    assert config.archive.frontier_low == 0.2
+    with pytest.warns(FutureWarning, match=r"rewards\.mode = 'band' is deprecated: it is 'plateau'"):
+        assert load_config(None, ["rewards.mode='band'"]).rewards.mode == "plateau"
+    with pytest.warns(FutureWarning, match=r"rewards\.w_band is deprecated"):
+        assert load_config(None, ["rewards.w_band=0.5"]).rewards.w_plateau == 0.5
+    with pytest.raises(
+        ConfigError, match=r"sets both archive\.band_low \(its old name\) and archive\.frontier_low"
+    ):
+        load_config(None, ["archive.band_low=0.2", "archive.frontier_low=0.3"])
+
+
 def test_a_config_does_not_depend_on_the_launch_until_it_is_launched(monkeypatch):
     from spade_rl.loop.config import RunConfig
 

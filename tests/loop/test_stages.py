@@ -51,7 +51,7 @@ def test_the_metrics_line_comes_from_the_stages():
     )
     metrics = iteration_metrics([], played, batch, UpdateResult({"train/loss": 0.1}), (0.15, 0.85))
     assert metrics["designer/proposed"] == 0 and metrics["designer/valid_rate"] is None
-    assert (metrics["agent/envs"], metrics["agent/win_rate"], metrics["band/fraction"]) == (1, 0.5, 1.0)
+    assert (metrics["agent/envs"], metrics["agent/win_rate"], metrics["frontier/fraction"]) == (1, 0.5, 1.0)
     assert metrics["samples/agent"] == 2 and metrics["samples/designer"] == 0
     assert metrics["samples/designer_untrained"] == 1
     assert (metrics["groups/total"], metrics["groups/zero_signal"]) == (2, 1)

@@ -45,7 +45,7 @@ class HandRun:
     def config(self, iterations: int = 3, **archive) -> HandRun:
         config = {"loop": {"iterations": iterations, "seed": 0}, "policy": {"model": None}}
         config["design"] = {"setting": "games"}
-        config["archive"] = {"band_low": 0.15, "band_high": 0.85, **archive}
+        config["archive"] = {"frontier_low": 0.15, "frontier_high": 0.85, **archive}
         (self.path / "config.json").write_text(json.dumps(config, indent=2))
         return self
 
@@ -111,7 +111,7 @@ def metrics_line(i: int, **values) -> dict:
         "agent/win_rate_hint": 0.5,
         "agent/mean_turns": 2.0,
         "regret/mean": 0.25,
-        "band/fraction": 0.5,
+        "frontier/fraction": 0.5,
         "designer/reward_mean": 0.1,
         "train/loss": 0.01 * i,
         "time/iteration_s": 10.0 + i,

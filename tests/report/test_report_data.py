@@ -43,7 +43,7 @@ def test_one_iteration_rows_are_computed_from_the_archive(hand_run):
     assert row.envs_played == 2
     assert row.win_rate == pytest.approx(0.75) and row.win_rate_hint == pytest.approx(1.0)
     assert row.regret == pytest.approx(0.25)  # (0.5 + 0) / 2
-    assert row.band_fraction == pytest.approx(0.5)  # 0.5 is inside [0.15, 0.85], 1.0 is not
+    assert row.frontier_fraction == pytest.approx(0.5)  # 0.5 is inside [0.15, 0.85], 1.0 is not
     assert row.mean_turns == pytest.approx(2.0)
     assert row.new_envs == 2 and row.source_lines == pytest.approx((6 + 10) / 2)
     assert row.valid_source_lines == pytest.approx(6)
@@ -54,12 +54,25 @@ def test_one_iteration_rows_are_computed_from_the_archive(hand_run):
     assert data.completed_iterations == 1 and data.planned_iterations == 1 and data.warnings == []
 
 
-def test_the_band_comes_from_the_runs_archive_config(hand_run):
-    run = hand_run().config(band_low=0.6, band_high=0.9)
+def test_the_frontier_comes_from_the_runs_archive_config(hand_run):
+    run = hand_run().config(frontier_low=0.6, frontier_high=0.9)
     env = run.design(env_source("A"), 1)
     run.play(env, 1, stats(0.5, 1.0))
     data = load_run(run.path)
-    assert data.band == (0.6, 0.9) and data.rows[0].band_fraction == 0.0
+    assert data.frontier == (0.6, 0.9) and data.rows[0].frontier_fraction == 0.0
+
+
+def test_a_run_of_an_earlier_release_reads_with_todays_names(hand_run):
+    """band_low/band_high in config.json and band/fraction in metrics.jsonl: the names before the glossary."""
+    run = hand_run().config()
+    config = json.loads((run.path / "config.json").read_text())
+    config["archive"] = {"band_low": 0.6, "band_high": 0.9}
+    (run.path / "config.json").write_text(json.dumps(config))
+    line = {"iteration": 1, "agent/envs": 1, "agent/win_rate": 0.5, "band/fraction": 0.25}
+    (run.path / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    data = load_run(run.path)
+    assert data.frontier == (0.6, 0.9)
+    assert data.rows[0].metric("frontier/fraction") == 0.25 and "band/fraction" not in data.rows[0].metrics
 
 
 def test_a_killed_run_marks_the_interrupted_iteration_and_skips_the_torn_line(hand_run):

@@ -65,7 +65,7 @@ def test_report_numbers_agree_with_the_loops_own_metrics(real_run):
             (row.win_rate, "agent/win_rate"),
             (row.win_rate_hint, "agent/win_rate_hint"),
             (row.regret, "regret/mean"),
-            (row.band_fraction, "band/fraction"),
+            (row.frontier_fraction, "frontier/fraction"),
             (row.mean_turns, "agent/mean_turns"),
         ):
             assert mine == pytest.approx(line[key]), key

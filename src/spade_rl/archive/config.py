@@ -1,4 +1,4 @@
-"""Configuration of the environment archive: the frontier band, memory and training-pool sampling, SQLite.
+"""Configuration of the environment archive: the frontier, memory and training-pool sampling, SQLite.
 
 One frozen dataclass, validated on construction; every bad value raises ``ValueError`` saying what
 was wrong and what is allowed.
@@ -16,10 +16,11 @@ SYNCHRONOUS_MODES = ("FULL", "EXTRA", "NORMAL")
 class ArchiveConfig:
     """How the archive chooses environments for the designer's memory and the agent's training pool.
 
-    - ``band_low``/``band_high``: the frontier band of latest no-hint win rates (inclusive). Memory
-      positives lie inside it; memory negatives outside it (too hard below, too easy above).
+    - ``frontier_low``/``frontier_high``: the frontier, the range of latest no-hint win rates
+      (inclusive). Memory positives lie inside it; memory negatives outside it (too hard below, too
+      easy above).
     - ``memory_positives``/``memory_negatives``: how many of each a memory sample asks for.
-    - ``memory_size``: positives are drawn from the best ``memory_size`` in-band environments (ranked
+    - ``memory_size``: positives are drawn from the best ``memory_size`` frontier environments (ranked
       by :func:`~spade_rl.archive.sampling.pool_weight`): the "most useful few hundred" of SPADE.
     - ``weight_floor``, ``regret_mix``, ``unplayed_weight``: the training-pool weight, see
       :func:`~spade_rl.archive.sampling.pool_weight`. The floor keeps every valid environment drawable.
@@ -28,8 +29,8 @@ class ArchiveConfig:
       ``NORMAL`` survives a killed process but may lose the last commits on a power cut.
     """
 
-    band_low: float = 0.15
-    band_high: float = 0.85
+    frontier_low: float = 0.15
+    frontier_high: float = 0.85
     memory_positives: int = 2
     memory_negatives: int = 1
     memory_size: int = 256
@@ -41,8 +42,8 @@ class ArchiveConfig:
 
     def __post_init__(self) -> None:
         for name in (
-            "band_low",
-            "band_high",
+            "frontier_low",
+            "frontier_high",
             "weight_floor",
             "regret_mix",
             "unplayed_weight",
@@ -51,10 +52,10 @@ class ArchiveConfig:
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value):
                 raise ValueError(f"archive setting {name} must be a finite number, got {value!r}")
-        if not 0.0 <= self.band_low < self.band_high <= 1.0:
+        if not 0.0 <= self.frontier_low < self.frontier_high <= 1.0:
             raise ValueError(
-                f"archive band [{self.band_low}, {self.band_high}] is not allowed: "
-                "need 0 <= band_low < band_high <= 1"
+                f"archive frontier [{self.frontier_low}, {self.frontier_high}] is not allowed: "
+                "need 0 <= frontier_low < frontier_high <= 1"
             )
         for name, least in (("memory_positives", 0), ("memory_negatives", 0), ("memory_size", 1)):
             value = getattr(self, name)

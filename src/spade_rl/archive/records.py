@@ -249,7 +249,7 @@ class MemoryExample:
 @dataclass(frozen=True)
 class MemorySample:
     """The memory for one designer prompt. ``fallback``: the positives are reference environments
-    because no environment lies in the band; ``complete``: every requested example was found;
+    because no environment lies on the frontier; ``complete``: every requested example was found;
     ``message``: what was missing ("ok" when nothing was)."""
 
     examples: tuple[MemoryExample, ...]

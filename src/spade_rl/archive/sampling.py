@@ -2,10 +2,10 @@
 
 Pure functions over plain values; the archive feeds them rows and turns their choices into records.
 
-- :func:`frontier_closeness`: 1 at the middle of the band, 0 at its edges and outside;
+- :func:`frontier_closeness`: 1 at the middle of the frontier, 0 at its edges and outside;
 - :func:`pool_weight`: ``floor + (1 - mix) * closeness + mix * clip(regret, 0, 1)``;
 - :func:`weighted_sample`: k distinct items, each draw proportional to weight among those left;
-- :func:`pick_memory`: SPADE step 1, positives from the band and negatives from outside it.
+- :func:`pick_memory`: SPADE step 1, positives from the frontier and negatives from outside it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def frontier_closeness(win_rate: float, low: float, high: float) -> float:
     return max(0.0, 1.0 - abs(win_rate - mid) / half)
 
 
-def in_band(win_rate: float, low: float, high: float) -> bool:
-    """The band is inclusive at both edges."""
+def on_frontier(win_rate: float, low: float, high: float) -> bool:
+    """The frontier is inclusive at both edges."""
     return low <= win_rate <= high
 
 
@@ -40,11 +40,11 @@ def pool_weight(win_rate: float | None, regret: float | None, config: ArchiveCon
     ``w = floor + (1 - mix) * frontier_closeness(win_rate) + mix * clip(regret, 0, 1)``, so every
     environment weighs at least ``floor`` > 0, and at most ``floor + 1``. An environment never played
     (``win_rate is None``) weighs ``unplayed_weight``.
-    Defaults (band [0.15, 0.85], floor 0.05, mix 0.5): win 0.5, regret 0.4 -> 0.05 + 0.5 + 0.2 = 0.75.
+    Defaults (frontier [0.15, 0.85], floor 0.05, mix 0.5): win 0.5, regret 0.4 -> 0.05 + 0.5 + 0.2 = 0.75.
     """
     if win_rate is None:
         return config.unplayed_weight
-    closeness = frontier_closeness(win_rate, config.band_low, config.band_high)
+    closeness = frontier_closeness(win_rate, config.frontier_low, config.frontier_high)
     regret_part = min(max(regret or 0.0, 0.0), 1.0)
     return config.weight_floor + (1.0 - config.regret_mix) * closeness + config.regret_mix * regret_part
 
@@ -89,8 +89,8 @@ class Candidate:
 class MemoryPick:
     """Which environments to show the designer, and why.
 
-    ``kinds`` maps each chosen id to ``"frontier"`` (in the band), ``"reference"`` (fallback),
-    ``"too_easy"`` (above the band) or ``"too_hard"`` (below it). ``complete`` says whether every
+    ``kinds`` maps each chosen id to ``"frontier"`` (on the frontier), ``"reference"`` (fallback),
+    ``"too_easy"`` (above the frontier) or ``"too_hard"`` (below it). ``complete`` says whether every
     requested example was found; ``message`` says what was missing and what was used instead.
     """
 
@@ -112,18 +112,18 @@ def pick_memory(
 ) -> MemoryPick:
     """SPADE step 1: ``n_positive`` frontier environments and ``n_negative`` too easy or too hard ones.
 
-    Positives: played candidates whose win rate lies in the band; the best ``config.memory_size`` of
+    Positives: played candidates whose win rate lies on the frontier; the best ``config.memory_size`` of
     them by :func:`pool_weight` (ties: lower id first) are drawn by that weight without replacement.
-    Negatives: played candidates outside the band, drawn uniformly. Without any positive, up to
+    Negatives: played candidates outside the frontier, drawn uniformly. Without any positive, up to
     ``n_positive`` of ``reference_ids`` are drawn uniformly instead (``fallback=True``); with fewer
     than asked, the sample is smaller. Never raises for a sparse archive: ``message`` explains it.
     """
-    low, high = config.band_low, config.band_high
+    low, high = config.frontier_low, config.frontier_high
     played = [c for c in candidates if c.win_rate is not None]
-    band = [c for c in played if in_band(c.win_rate, low, high)]  # type: ignore[arg-type]
-    outside = [c for c in played if not in_band(c.win_rate, low, high)]  # type: ignore[arg-type]
-    weight = {c.env_id: pool_weight(c.win_rate, c.regret, config) for c in band}
-    best = sorted(band, key=lambda c: (-weight[c.env_id], c.env_id))[: config.memory_size]
+    frontier = [c for c in played if on_frontier(c.win_rate, low, high)]  # type: ignore[arg-type]
+    outside = [c for c in played if not on_frontier(c.win_rate, low, high)]  # type: ignore[arg-type]
+    weight = {c.env_id: pool_weight(c.win_rate, c.regret, config) for c in frontier}
+    best = sorted(frontier, key=lambda c: (-weight[c.env_id], c.env_id))[: config.memory_size]
     positives = weighted_sample([c.env_id for c in best], [weight[c.env_id] for c in best], n_positive, rng)
     kinds = dict.fromkeys(positives, "frontier")
     notes, fallback = [], False
@@ -135,7 +135,7 @@ def pick_memory(
         kinds.update(dict.fromkeys(positives, "reference"))
         fallback = True
         notes.append(
-            f"no played environment has a win rate in the band [{low}, {high}]; "
+            f"no played environment has a win rate on the frontier [{low}, {high}]; "
             f"using {len(positives)} reference environment(s) as positive examples"
         )
     if len(positives) < n_positive:
@@ -145,7 +145,9 @@ def pick_memory(
     for c in negatives:
         kinds[c.env_id] = "too_hard" if c.win_rate < low else "too_easy"  # type: ignore[operator]
     if len(negatives) < n_negative:
-        notes.append(f"found {len(negatives)} of {n_negative} negative examples (win rate outside the band)")
+        notes.append(
+            f"found {len(negatives)} of {n_negative} negative examples (win rate outside the frontier)"
+        )
     complete = len(positives) == n_positive and len(negatives) == n_negative and not fallback
     return MemoryPick(
         positives=tuple(positives),

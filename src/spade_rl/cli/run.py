@@ -67,6 +67,7 @@ def _iteration_line(m: dict) -> str:
 
     return (
         f"iter {m['iteration']:>3}  valid {fmt('designer/valid_rate')}  win {fmt('agent/win_rate')}"
-        f"  win+hint {fmt('agent/win_rate_hint')}  regret {fmt('regret/mean')}  band {fmt('band/fraction')}"
+        f"  win+hint {fmt('agent/win_rate_hint')}  regret {fmt('regret/mean')}"
+        f"  frontier {fmt('frontier/fraction')}"
         f"  loss {fmt('train/loss', '.4g')}  {fmt('time/iteration_s', '.0f')} s"
     )

@@ -11,7 +11,7 @@ arm (the fixed-pool arm, same seed). A difference whose p-value is not below 0.0
 "noise". With several seeds, a row per arm gives the mean score over seeds and its range.
 
 The training summary reads each run's ``metrics.jsonl``: iterations, seconds, designs proposed and
-valid, and the agent's win rate, the fraction of played environments inside the learnable band and
+valid, and the agent's win rate, the fraction of played environments on the frontier and
 the regret, as means over the first and the last third of the iterations.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from spade_rl.evaluate.results import ALPHA, EvalResult, compare
 from spade_rl.experiment.runner import RunRecord
 from spade_rl.experiment.spec import Experiment
+from spade_rl.loop.stages import upgrade_metrics
 
 FORMAT = "spade-rl-comparison/1"
 
@@ -126,7 +127,11 @@ def _training(record: RunRecord) -> dict:
     lines = []
     path = record.run_dir / "metrics.jsonl"
     if path.exists():
-        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [
+            upgrade_metrics(json.loads(line))
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
     summary = {
         "arm": record.arm,
         "seed": record.seed,
@@ -140,7 +145,7 @@ def _training(record: RunRecord) -> dict:
         "updates": sum(1 for m in lines if not m.get("train/skipped")),
     }
     third = max(1, len(lines) // 3)
-    for key in ("agent/win_rate", "band/fraction", "regret/mean"):
+    for key in ("agent/win_rate", "frontier/fraction", "regret/mean"):
         summary[key] = {"first": _mean(lines[:third], key), "last": _mean(lines[-third:], key)}
     return summary
 
@@ -206,7 +211,7 @@ def to_markdown(comparison: dict) -> str:
             ]
     out += ["", "## Training", ""]
     header = ["arm", "seed", "iterations", "training s", "designs valid/proposed", "updates"]
-    header += ["agent win rate (first → last third)", "in-band fraction", "regret"]
+    header += ["agent win rate (first → last third)", "frontier fraction", "regret"]
     out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in comparison["training"]:
         cells = [
@@ -216,7 +221,7 @@ def to_markdown(comparison: dict) -> str:
             f"{t['train_seconds']:.0f}",
         ]
         cells += [f"{t['designs_valid']}/{t['designs_proposed']}", str(t["updates"])]
-        for key in ("agent/win_rate", "band/fraction", "regret/mean"):
+        for key in ("agent/win_rate", "frontier/fraction", "regret/mean"):
             cells.append(f"{_num(t[key]['first'])} → {_num(t[key]['last'])}")
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "![training curves](curves.png)", ""]

@@ -3,7 +3,7 @@
     plot_curves(records, Path("runs/experiments/ci-tiny/curves.png"), title="ci-tiny")
 
 One panel per metric of the runs' ``metrics.jsonl`` (agent win rate without and with the hint, the
-fraction of played environments inside the learnable band, regret, designer valid rate, training
+fraction of played environments on the frontier, regret, designer valid rate, training
 loss, and every in-loop evaluation ``eval/<suite>/accuracy`` that is present), the iteration on the
 x axis, one colour per arm and one line style per seed. A metric an arm never records (the designer's
 valid rate of the fixed-pool arm) is simply absent from its panel.
@@ -16,11 +16,12 @@ import math
 from pathlib import Path
 
 from spade_rl.experiment.runner import RunRecord
+from spade_rl.loop.stages import upgrade_metrics
 
 PANELS = (
     ("agent/win_rate", "agent win rate (no hint)"),
     ("agent/win_rate_hint", "agent win rate (with hint)"),
-    ("band/fraction", "fraction of envs in the band"),
+    ("frontier/fraction", "fraction of envs on the frontier"),
     ("regret/mean", "regret"),
     ("designer/valid_rate", "designer valid rate"),
     ("train/loss", "training loss"),
@@ -50,7 +51,9 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
     for record in records:
         metrics = record.run_dir / "metrics.jsonl"
         text = metrics.read_text(encoding="utf-8") if metrics.exists() else ""
-        runs.append((record, [json.loads(line) for line in text.splitlines() if line.strip()]))
+        runs.append(
+            (record, [upgrade_metrics(json.loads(line)) for line in text.splitlines() if line.strip()])
+        )
     eval_keys = sorted(
         {
             k

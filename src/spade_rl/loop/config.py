@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spade_rl.archive import ArchiveConfig
-from spade_rl.configdata import ConfigError, build, parse_override, set_dotted, to_data
+from spade_rl.configdata import ConfigError, build, parse_override, set_dotted, to_data, upgrade_renamed
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.prompts import PromptConfig
 from spade_rl.envs import reference
@@ -34,6 +36,8 @@ from spade_rl.rewards import DesignerRewardConfig
 from spade_rl.rollout import RolloutConfig
 from spade_rl.sandbox import SandboxConfig
 from spade_rl.train import TrainConfig
+
+log = logging.getLogger(__name__)
 
 DESIGNER_GROUPS = ("iteration", "skill")
 
@@ -393,6 +397,19 @@ class RunConfig:
             )
 
 
+# Keys and values renamed for the glossary (README): the old name is read, with a warning that names the
+# new one, for one release.
+RENAMED_KEYS = {
+    "archive.band_low": "archive.frontier_low",
+    "archive.band_high": "archive.frontier_high",
+    "rewards.band_low": "rewards.plateau_low",
+    "rewards.band_high": "rewards.plateau_high",
+    "rewards.band_ramp": "rewards.plateau_ramp",
+    "rewards.w_band": "rewards.w_plateau",
+}
+RENAMED_VALUES = {"rewards.mode": {"band": "plateau"}}
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -417,6 +434,10 @@ def load_config(
     for override in overrides:
         key, value = parse_override(override)
         set_dotted(data, key, value)
+    data, notes = upgrade_renamed(data, RENAMED_KEYS, RENAMED_VALUES)
+    for note in notes:
+        log.warning("%s", note)
+        warnings.warn(note, FutureWarning, stacklevel=2)
     config = build(RunConfig, data, "")
     config.check_launch(launch_processes() if processes is None else processes)
     return config

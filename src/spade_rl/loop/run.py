@@ -13,7 +13,7 @@ One iteration (``SelfPlay.iteration``), top to bottom as in SPADE.md:
    (frontier-weighted; the reference environments seed it), each ``plays_per_env`` times without
    the hint and as many times with it.
 5. **Reward**: the agent's return per episode, z-scored within the plays of one environment (only
-   no-hint episodes are training samples); the designer's regret-and-band reward per valid design,
+   no-hint episodes are training samples); the designer's regret-and-plateau reward per valid design,
    a fixed penalty per invalid one, centred within the iteration (or skill).
 6. **Update**: one GRPO step of the shared policy on the designer and agent samples together.
 7. **Remember**: play statistics per environment and iteration go into the archive, which feeds
@@ -155,7 +155,7 @@ class SelfPlay:
         update = self._update(batch)
         times["time/update_s"] = time.perf_counter() - t
 
-        frontier = (cfg.archive.band_low, cfg.archive.band_high)
+        frontier = (cfg.archive.frontier_low, cfg.archive.frontier_high)
         metrics = {"iteration": i, **iteration_metrics(designs, played, batch, update, frontier), **times}
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]

@@ -141,6 +141,20 @@ class UpdateResult:
     skipped: bool = False
 
 
+# Metrics renamed in a metrics.jsonl line: readers of older runs see the new names (upgrade_metrics).
+RENAMED_METRICS = {"band/fraction": "frontier/fraction"}
+
+
+def upgrade_metrics(line: dict[str, Any]) -> dict[str, Any]:
+    """A metrics line of any release with today's names (a new name already there wins)."""
+    upgraded = dict(line)
+    for old, new in RENAMED_METRICS.items():
+        if old in upgraded:
+            value = upgraded.pop(old)
+            upgraded.setdefault(new, value)
+    return upgraded
+
+
 def iteration_metrics(
     designs: list[Design],
     played: list[PlayedEnv],
@@ -164,7 +178,7 @@ def iteration_metrics(
     if played:
         metrics["agent/mean_turns"] = means.mean_turns
     metrics["regret/mean"] = means.regret
-    metrics["band/fraction"] = means.frontier_fraction
+    metrics["frontier/fraction"] = means.frontier_fraction
     if not batch.designer_trains:
         metrics["samples/designer_untrained"] = len(batch.designer)
     metrics["designer/reward_mean"] = batch.designer_reward_mean

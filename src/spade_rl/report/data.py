@@ -9,7 +9,7 @@ Sources, in order of trust:
 - ``archive.sqlite`` (read-only): every designer proposal with its verdict and reason, every
   environment's source, hint and skill, and the play statistics per environment and iteration. The
   per-iteration curves are computed from it with the loop's own formulas (mean over the environments
-  played in an iteration; the learnable band is the archive's ``band_low``..``band_high``), so a run
+  played in an iteration; the frontier is the archive's ``frontier_low``..``frontier_high``), so a run
   killed before writing its metrics line still shows what it did.
 - ``metrics.jsonl``: one line per finished iteration; adds what only the loop knows (loss, designer
   reward, seconds, in-loop evaluation). A line that is not JSON (a run killed mid-write) is skipped
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_rl.archive import Archive, ArchiveError, EnvRecord, IterationStats
+from spade_rl.loop.stages import upgrade_metrics
 from spade_rl.report.evals import EvalRecord, read_evals
 from spade_rl.stats import iteration_means
 
@@ -83,7 +84,7 @@ class IterationRow:
     win_rate: float | None = None  # mean no-hint win rate over the environments played
     win_rate_hint: float | None = None
     regret: float | None = None
-    band_fraction: float | None = None  # share of played environments inside the learnable band
+    frontier_fraction: float | None = None  # share of played environments on the frontier
     mean_turns: float | None = None
     new_envs: int = 0  # distinct environments first proposed in this iteration
     source_lines: float | None = None  # mean over those environments
@@ -113,7 +114,7 @@ class RunData:
     references: list[EnvView]  # the reference environments that seed the pool
     transcripts: list[dict[str, Any]]
     evals: list[EvalRecord]
-    band: tuple[float, float]
+    frontier: tuple[float, float]
     has_archive: bool
     has_metrics: bool
     warnings: list[str] = field(default_factory=list)
@@ -143,7 +144,7 @@ def load_run(run_dir: Path) -> RunData:
         )
     warnings: list[str] = []
     config = _read_config(run_dir / "config.json", warnings)
-    band = _band(config)
+    frontier = _frontier(config)
     metrics = _read_metrics(run_dir / "metrics.jsonl", warnings)
     envs, references, proposals = [], [], {}
     has_archive = (run_dir / "archive.sqlite").exists()
@@ -151,7 +152,7 @@ def load_run(run_dir: Path) -> RunData:
         envs, references, proposals = _read_archive(run_dir / "archive.sqlite")
     else:
         warnings.append("no archive.sqlite: curves come from metrics.jsonl only; no example environments")
-    rows = _iteration_rows(envs + references, proposals, metrics, band, from_archive=has_archive)
+    rows = _iteration_rows(envs + references, proposals, metrics, frontier, from_archive=has_archive)
     if not metrics and rows:
         warnings.append(
             "no metrics.jsonl line: the run recorded no finished iteration (killed or still running)"
@@ -170,7 +171,7 @@ def load_run(run_dir: Path) -> RunData:
         references=references,
         transcripts=_read_transcripts(run_dir / "transcripts.jsonl", warnings),
         evals=read_evals(run_dir / "eval", metrics, warnings),
-        band=band,
+        frontier=frontier,
         has_archive=has_archive,
         has_metrics=bool(metrics),
         warnings=warnings,
@@ -192,10 +193,12 @@ def _read_config(path: Path, warnings: list[str]) -> dict[str, Any] | None:
     return config
 
 
-def _band(config: dict[str, Any] | None) -> tuple[float, float]:
+def _frontier(config: dict[str, Any] | None) -> tuple[float, float]:
     archive = (config or {}).get("archive")
     if isinstance(archive, dict):
-        low, high = number(archive.get("band_low")), number(archive.get("band_high"))
+        # band_low / band_high: the names of earlier releases
+        low = number(archive.get("frontier_low", archive.get("band_low")))
+        high = number(archive.get("frontier_high", archive.get("band_high")))
         if low is not None and high is not None and 0.0 <= low < high <= 1.0:
             return low, high
     return DEFAULT_BAND
@@ -240,7 +243,7 @@ def _read_metrics(path: Path, warnings: list[str]) -> dict[int, dict[str, Any]]:
             continue
         if iteration in metrics:
             warnings.append(f"metrics.jsonl holds iteration {iteration} twice; the later line is shown")
-        metrics[iteration] = item
+        metrics[iteration] = upgrade_metrics(item)
     return metrics
 
 
@@ -276,7 +279,7 @@ def _iteration_rows(
     envs: list[EnvView],
     proposals: dict[int, dict[str, int]],
     metrics: dict[int, dict[str, Any]],
-    band: tuple[float, float],
+    frontier: tuple[float, float],
     *,
     from_archive: bool,
 ) -> list[IterationRow]:
@@ -295,7 +298,7 @@ def _iteration_rows(
         reasons = proposals.get(i, {})
         row.reasons = dict(sorted(reasons.items(), key=lambda kv: (kv[0] != "ok", -kv[1], kv[0])))
         row.proposed, row.valid = sum(reasons.values()), reasons.get("ok", 0)
-        _fill_play(row, [p.stats for p in plays.get(i, [])], band)
+        _fill_play(row, [p.stats for p in plays.get(i, [])], frontier)
         _fill_size(row, designed.get(i, []))
         if row.metrics is not None and not from_archive:
             _fill_from_metrics(row, row.metrics)  # no archive: the loop's own numbers
@@ -303,15 +306,15 @@ def _iteration_rows(
     return rows
 
 
-def _fill_play(row: IterationRow, stats: list, band: tuple[float, float]) -> None:
+def _fill_play(row: IterationRow, stats: list, frontier: tuple[float, float]) -> None:
     """The loop's own numbers (``spade_rl.stats.iteration_means``) over the environments of the iteration."""
     if not stats:
         return
-    means = iteration_means(stats, band)
+    means = iteration_means(stats, frontier)
     row.envs_played = means.envs
     row.win_rate, row.win_rate_hint = means.win_rate, means.win_rate_hint
     row.regret, row.mean_turns = means.regret, means.mean_turns
-    row.band_fraction = means.frontier_fraction
+    row.frontier_fraction = means.frontier_fraction
 
 
 def _fill_size(row: IterationRow, designed: list[EnvView]) -> None:
@@ -334,5 +337,5 @@ def _fill_from_metrics(row: IterationRow, m: dict[str, Any]) -> None:
     row.win_rate = number(m.get("agent/win_rate"))
     row.win_rate_hint = number(m.get("agent/win_rate_hint"))
     row.regret = number(m.get("regret/mean"))
-    row.band_fraction = number(m.get("band/fraction"))
+    row.frontier_fraction = number(m.get("frontier/fraction"))
     row.mean_turns = number(m.get("agent/mean_turns"))

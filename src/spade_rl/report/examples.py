@@ -5,8 +5,8 @@
 
 The iterations in which the designer proposed something are cut into up to three contiguous phases
 (early, middle, late); the examples are dealt out over the phases in turn. Within a phase the most
-telling environment comes first: a valid one that was played, closest to the middle of the learnable
-band and with the most regret; then valid ones not yet played; then rejected ones (so a run that
+telling environment comes first: a valid one that was played, closest to the middle of the
+frontier and with the most regret; then valid ones not yet played; then rejected ones (so a run that
 never designed a valid environment still shows what its designer wrote and why it was refused).
 """
 
@@ -53,8 +53,8 @@ def phases(iterations: list[int]) -> list[Phase]:
     return out
 
 
-def _rank(env: EnvView, band: tuple[float, float]) -> tuple:
-    centre = (band[0] + band[1]) / 2
+def _rank(env: EnvView, frontier: tuple[float, float]) -> tuple:
+    centre = (frontier[0] + frontier[1]) / 2
     latest = env.latest
     if env.record.valid and latest is not None:
         return (0, abs(latest.stats.win_rate_nohint - centre), -latest.stats.regret, env.record.env_id)
@@ -77,7 +77,7 @@ def pick_examples(data: RunData, count: int = 3) -> list[Example]:
     by_phase = []
     for phase in phases([e.record.iteration for e in designed]):
         members = [e for e in designed if e.record.iteration in phase.iterations]
-        by_phase.append((phase, sorted(members, key=lambda e: _rank(e, data.band))))
+        by_phase.append((phase, sorted(members, key=lambda e: _rank(e, data.frontier))))
     picked: list[Example] = []
     while len(picked) < count and any(members for _, members in by_phase):
         for phase, members in by_phase:

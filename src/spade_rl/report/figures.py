@@ -55,7 +55,7 @@ def make_figures(data: RunData) -> list[FigureImage]:
     builders: list[tuple[str, str, str, Callable]] = [
         ("designer", "Designer: verdicts", _designer_caption(data), _designer),
         ("agent", "Agent: win rate without and with the hint", _agent_caption(), _agent),
-        ("frontier", "Regret and the learnable band", _frontier_caption(data), _frontier),
+        ("frontier", "Regret and the frontier", _frontier_caption(data), _frontier),
         ("size", "Environment size and episode length", _size_caption(), _size),
         ("skills", "Mix of skills", _skills_caption(), _skills),
         ("training", "Training", _training_caption(), _training),
@@ -198,21 +198,23 @@ def _agent(data: RunData):
 
 
 def _frontier_caption(data: RunData) -> str:
-    low, high = data.band
+    low, high = data.frontier
     return (
         "Top: mean hint-based regret (mean return with the hint minus without, floored at 0) over the "
-        f"environments played. Bottom: the fraction of them whose no-hint win rate lies in the learnable "
-        f"band [{low:g}, {high:g}]."
+        f"environments played. Bottom: the fraction of them whose no-hint win rate lies on the frontier "
+        f"[{low:g}, {high:g}]."
     )
 
 
 def _frontier(data: RunData):
-    figure, (regret, band) = _new_figure(2)
+    figure, (regret, frontier) = _new_figure(2)
     plotted = _line(regret, data, _values(data.rows, lambda r: r.regret), "regret", "#9467bd")
     _finish(regret, data, "regret", plotted, "no episode played")
-    plotted = _line(band, data, _values(data.rows, lambda r: r.band_fraction), "in band", "#17becf")
-    _finish(band, data, "fraction in band", plotted, "no episode played", unit_range=True)
-    band.set_xlabel("iteration")
+    plotted = _line(
+        frontier, data, _values(data.rows, lambda r: r.frontier_fraction), "on frontier", "#17becf"
+    )
+    _finish(frontier, data, "fraction on frontier", plotted, "no episode played", unit_range=True)
+    frontier.set_xlabel("iteration")
     return figure
 
 

@@ -183,14 +183,15 @@ def _summary(data: RunData) -> str:
             f"{len(designed)} ({sum(e.record.valid for e in designed)} valid)",
         ),
         ("reference environments", str(len(data.references))),
-        ("learnable band", f"no-hint win rate in [{data.band[0]:g}, {data.band[1]:g}]"),
+        ("frontier", f"no-hint win rate in [{data.frontier[0]:g}, {data.frontier[1]:g}]"),
     ]
     if last is not None:
         items.append(
             (
                 f"last play (iteration {last.iteration})",
                 f"win rate {fmt(last.win_rate)} without hint, {fmt(last.win_rate_hint)} with; regret "
-                f"{fmt(last.regret)}; {fmt(last.band_fraction)} in band; {last.envs_played} environments",
+                f"{fmt(last.regret)}; {fmt(last.frontier_fraction)} on the frontier; "
+                f"{last.envs_played} environments",
             )
         )
     if not rows:
@@ -391,7 +392,7 @@ def _iteration_table(data: RunData) -> str:
         return '<p class="muted">No iteration recorded.</p>'
     head = (
         "iteration", "status", "proposed", "valid rate", "verdicts", "envs played", "win", "win + hint",
-        "regret", "in band", "turns", "new env lines", "loss", "designer reward", "seconds",
+        "regret", "on frontier", "turns", "new env lines", "loss", "designer reward", "seconds",
     )  # fmt: skip
     body = "".join(_iteration_row(r) for r in data.rows)
     header = "".join(f"<th{' class=l' if h in ('verdicts', 'status') else ''}>{h}</th>" for h in head)
@@ -410,7 +411,7 @@ def _iteration_row(r: IterationRow) -> str:
         fmt(r.win_rate),
         fmt(r.win_rate_hint),
         fmt(r.regret),
-        fmt(r.band_fraction),
+        fmt(r.frontier_fraction),
         fmt(r.mean_turns, ".1f"),
         fmt(r.source_lines, ".0f"),
         fmt(r.metric("train/loss"), ".4g"),
