@@ -102,7 +102,7 @@ def _body(code: str) -> str:
 
 def measure_designer(policy, corpus, archive, executor, config, designs, seed) -> dict:
     rng = random.Random(seed)
-    design = dataclasses.replace(config.design, n=designs)
+    design = dataclasses.replace(config.design_phase, n=designs)
     before = {archive.get(i).source_hash for i in archive.ids()}
     started = time.perf_counter()
     outcomes = design_environments(policy, corpus, archive, executor, design, rng, 1)
@@ -151,7 +151,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         archive = Archive(Path(tmp) / "archive.sqlite", config.archive)
         try:
-            seed_pool(archive, executor, config.pool, config.design.validation)
+            seed_pool(archive, executor, config.pool, config.design_phase.validation)
             if args.episodes > 0:
                 result["agent"] = measure_agent(
                     policy, executor, archive, config, names, args.episodes, args.seed

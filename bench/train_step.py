@@ -145,7 +145,7 @@ def adapter_round(args, tokenizer, samples, out_dir) -> list[float]:
     model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
     config = TrainConfig(
         learning_rate=1e-4,
-        num_generations=args.group_size,
+        group_size=args.group_size,
         per_device_train_batch_size=args.batch,
         gradient_accumulation_steps=args.accumulation,
         max_completion_length=args.completion_len,
@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="counted steps per round and side")
     parser.add_argument("--groups", type=int, default=4, help="groups per step (roles alternate)")
-    parser.add_argument("--group-size", type=int, default=4, help="num_generations")
+    parser.add_argument(
+        "--group-size", type=int, default=4, help="samples per GRPO group (TRL's num_generations)"
+    )
     parser.add_argument("--batch", type=int, default=8, help="per_device_train_batch_size")
     parser.add_argument("--accumulation", type=int, default=2, help="gradient_accumulation_steps")
     parser.add_argument("--prompt-len", type=int, default=24)

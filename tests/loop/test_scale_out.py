@@ -247,7 +247,7 @@ def test_trainer_weights_are_the_models_parameters_once_each(tiny_dir: Path) -> 
     from spade_rl.train import GRPOUpdater, TrainConfig
 
     model, tokenizer = load_pretrained(str(tiny_dir))
-    updater = GRPOUpdater(model, tokenizer, TrainConfig(num_generations=2, per_device_train_batch_size=2))
+    updater = GRPOUpdater(model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2))
     with trainer_weights(updater) as (specs, tensors):
         named = list(tensors)
     expected = list(model.named_parameters())
@@ -264,7 +264,7 @@ def test_trainer_weights_merge_lora_for_the_duration(tiny_dir: Path) -> None:
     model, tokenizer = load_pretrained(str(tiny_dir))
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
     updater = GRPOUpdater(
-        model, tokenizer, TrainConfig(num_generations=2, per_device_train_batch_size=2, use_lora=True)
+        model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2, use_lora=True)
     )
     peft_model = updater.model
     with torch.no_grad():  # a non-zero adapter, as after some training

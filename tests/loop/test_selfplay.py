@@ -85,6 +85,30 @@ def test_derived_values_are_refused_when_set_apart_and_used_when_equal(monkeypat
         load_config(None, ["design.prompt.hint.max_words=0"])
 
 
+def test_the_turn_limit_and_the_temperature_are_derived_from_the_rollout(tmp_path):
+    config = load_config(None, ["rollout.max_turns=5", "rollout.temperature=0.8", "design.temperature=0.8"])
+    assert config.design_phase.validation.max_turns == 5  # validated with the limit it is played with
+    assert config.update_config.temperature == 0.8  # trained at the temperature it sampled at
+    with pytest.raises(
+        ConfigError, match=r"design\.validation\.max_turns \(25\) is rollout\.max_turns \(8\)"
+    ):
+        load_config(None, ["design.validation.max_turns=25"])  # written out, even at its default: refused
+    assert load_config(None, ["design.validation.max_turns=8"]).design_phase.validation.max_turns == 8
+    with pytest.raises(ConfigError, match=r"train\.temperature \(0\.7\) is rollout\.temperature \(0\.6\)"):
+        load_config(None, ["train.temperature=0.7"])
+    with pytest.raises(ConfigError, match=r"design\.temperature \(0\.7\) must equal rollout\.temperature"):
+        load_config(None, ["design.temperature=0.7"])
+    # A saved configuration holds no derived key, so that a resumed run derives them again.
+    from spade_rl.loop.config import save_config
+
+    save_config(config, tmp_path / "config.json")
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "n" not in saved["design"] and "max_turns" not in saved["design"]["validation"]
+    assert "temperature" not in saved["train"] and "setting" not in saved["design"]["prompt"]
+    again = load_config(tmp_path / "config.json")
+    assert again.design_phase.validation.max_turns == 5 and again.update_config.temperature == 0.8
+
+
 def test_renamed_keys_are_read_with_a_warning_that_names_the_new_key():
     with pytest.warns(
         FutureWarning, match=r"archive\.band_low is deprecated: it is called archive\.frontier_low"

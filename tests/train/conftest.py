@@ -35,7 +35,7 @@ def make_updater(tokenizer, tmp_path):
             model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
         settings = dict(
             learning_rate=1e-3,
-            num_generations=G,
+            group_size=G,
             per_device_train_batch_size=4,
             gradient_accumulation_steps=2,
             output_dir=str(tmp_path / "out"),

@@ -1,5 +1,5 @@
 """Samples of the GRPO update (spade_rl.train.samples): from episodes and generations, validation, and the
-batch layout (one group per block of num_generations rows, filler rows)."""
+batch layout (one group per block of group_size rows, filler rows)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_sample_validation(change, message):
 
 def test_batch_puts_one_group_per_block_and_fills_the_rest():
     samples = make_samples(group_size=3)  # 3 designer + 3 agent samples, G = 4
-    batch = assemble_batch(samples, num_generations=G, rows=12, filler_token_id=0)
+    batch = assemble_batch(samples, group_size=G, rows=12, filler_token_id=0)
     assert len(batch) == 12
     assert batch.roles == ["designer"] * 4 + ["agent"] * 8
     assert batch.filler == [False] * 3 + [True] + [False] * 3 + [True] * 5
@@ -100,18 +100,18 @@ def test_samples_without_logprobs_are_counted():
     ("samples", "message"),
     [
         (make_samples(roles=("agent", "agent", "designer")), "more than the 8 rows"),
-        (make_samples(group_size=5, roles=("agent",)), "more than num_generations=4"),
+        (make_samples(group_size=5, roles=("agent",)), "more than group_size=4"),
         (make_samples(roles=("agent",))[:2] + make_samples(roles=("designer",))[2:], "mixes roles"),
         (make_samples(roles=("agent",), scale={"agent": 1.0})[:3], "not 0"),
     ],
 )
 def test_batch_errors_say_what_is_wrong(samples, message):
     with pytest.raises(ValueError, match=message):
-        assemble_batch(samples, num_generations=G, rows=8, filler_token_id=0)
+        assemble_batch(samples, group_size=G, rows=8, filler_token_id=0)
 
 
 def test_a_group_split_in_two_places_is_an_error():
     a, b = make_samples(roles=("agent",), seed=1), make_samples(roles=("designer",), seed=2)
     b = [dataclasses.replace(s, group=1) for s in b]
     with pytest.raises(ValueError, match="consecutive"):
-        assemble_batch(a[:2] + b + a[2:], num_generations=G, rows=16, filler_token_id=0)
+        assemble_batch(a[:2] + b + a[2:], group_size=G, rows=16, filler_token_id=0)

@@ -32,7 +32,7 @@ def test_one_update_changes_the_weights_the_policy_generates_with(tokenizer, tmp
     model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
     policy = TransformersPolicy(model, tokenizer)
     updater = GRPOUpdater.for_policy(
-        policy, TrainConfig(learning_rate=1e-3, num_generations=G, per_device_train_batch_size=8)
+        policy, TrainConfig(learning_rate=1e-3, group_size=G, per_device_train_batch_size=8)
     )
     assert updater.model is policy.model and updater.rows_per_update == 8
     before = weights(model)
@@ -171,7 +171,7 @@ def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path)
             ]
         config = TrainConfig(
             learning_rate=1e-3,
-            num_generations=G,
+            group_size=G,
             per_device_train_batch_size=8,
             temperature=0.6,
             old_logprobs=mode,

@@ -22,11 +22,21 @@ import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spade_rl.archive import ArchiveConfig
-from spade_rl.configdata import ConfigError, build, parse_override, set_dotted, to_data, upgrade_renamed
+from spade_rl.configdata import (
+    ConfigError,
+    build,
+    get_dotted,
+    parse_override,
+    set_dotted,
+    to_data,
+    upgrade_renamed,
+)
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.prompts import PromptConfig
+from spade_rl.design.validate import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor.config import ExecutorConfig
 from spade_rl.loop.designing import DesignPhaseConfig
@@ -275,10 +285,9 @@ def _default_train() -> TrainConfig:
     # Groups of 4 (K plays, or the designs of one iteration); 7 blocks: the designer and six environments.
     return TrainConfig(
         learning_rate=5e-6,
-        num_generations=4,
+        group_size=4,
         per_device_train_batch_size=1,  # a row per pass: no padding, no L x L attention matrix
         gradient_accumulation_steps=28,
-        temperature=0.6,
         bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
         checkpoint_rows_longer_than=256,  # long rows: a 600-token one would hold 1.4 GB of activations
     )
@@ -331,14 +340,22 @@ class RunConfig:
                 f"design.n ({self.design.n}) is loop.designs_per_iteration ({loop.designs_per_iteration}) "
                 "in a run and cannot differ from it: set loop.designs_per_iteration (and leave design.n out)"
             )
-        if self.design.validation.max_turns != self.rollout.max_turns:
-            # Validate environments with the turn limit they will be played with.
-            validation = dataclasses.replace(self.design.validation, max_turns=self.rollout.max_turns)
-            object.__setattr__(self, "design", dataclasses.replace(self.design, validation=validation))
-        group = train.num_generations
+        # Derived values given apart from their source (load_config also refuses one written in a file
+        # at its default): environments are validated with the turn limit they are played with, and one
+        # update trains both roles at the temperature they sampled at.
+        turns = self.design.validation.max_turns
+        if turns not in (self.rollout.max_turns, _DEFAULT_VALIDATION_TURNS):
+            raise ConfigError(
+                _derived_message("design.validation.max_turns", turns, "rollout.max_turns", self)
+            )
+        if train.temperature not in (self.rollout.temperature, _DEFAULT_TRAIN_TEMPERATURE):
+            raise ConfigError(
+                _derived_message("train.temperature", train.temperature, "rollout.temperature", self)
+            )
+        group = train.group_size
         if loop.plays_per_env > group or loop.designs_per_iteration > group:
             raise ConfigError(
-                f"train.num_generations ({group}) is the size of a GRPO group: it must be at least "
+                f"train.group_size ({group}) is the size of a GRPO group: it must be at least "
                 f"loop.plays_per_env ({loop.plays_per_env}) and loop.designs_per_iteration "
                 f"({loop.designs_per_iteration})"
             )
@@ -348,14 +365,11 @@ class RunConfig:
                 "designer.policy is never trained: its servers take no weights "
                 "(set designer.policy.servers.weight_sync = 'none')"
             )
-        if (
-            abs(train.temperature - self.rollout.temperature) > 1e-9
-            or abs(train.temperature - self.design.temperature) > 1e-9
-        ):
+        if abs(self.design.temperature - self.rollout.temperature) > 1e-9:
             raise ConfigError(
-                f"train.temperature ({train.temperature}) must equal rollout.temperature "
-                f"({self.rollout.temperature}) and design.temperature ({self.design.temperature}): the "
-                "importance ratio compares against the sampling distribution"
+                f"design.temperature ({self.design.temperature}) must equal rollout.temperature "
+                f"({self.rollout.temperature}): one update trains both roles, and its importance ratio "
+                "compares against the distribution the samples were drawn from at one temperature"
             )
         if self.designer.source == "none" and self.pool.empty:
             raise ConfigError(
@@ -367,17 +381,23 @@ class RunConfig:
 
     @property
     def design_phase(self) -> DesignPhaseConfig:
-        """The design phase of one iteration: ``design`` with ``n`` = loop.designs_per_iteration (derived
-        here only; the stored ``design.n`` stays as it was given, so that a saved configuration carries
-        no derived value)."""
-        return dataclasses.replace(self.design, n=self.loop.designs_per_iteration)
+        """The design phase of one iteration: ``design`` with its derived values (``n`` =
+        loop.designs_per_iteration, ``validation.max_turns`` = rollout.max_turns). They are derived here
+        only: the stored ``design`` stays as it was given, and a saved configuration carries none."""
+        validation = dataclasses.replace(self.design.validation, max_turns=self.rollout.max_turns)
+        return dataclasses.replace(self.design, n=self.loop.designs_per_iteration, validation=validation)
+
+    @property
+    def update_config(self) -> TrainConfig:
+        """``train`` with its derived temperature (rollout.temperature: what the samples were drawn at)."""
+        return dataclasses.replace(self.train, temperature=self.rollout.temperature)
 
     def check_launch(self, processes: int) -> None:
         """Refuse what this configuration cannot do with ``processes`` processes (``accelerate launch``
         starts several, each training whole groups of its share: loop/distributed.py). The configuration
         itself does not depend on the launch; :func:`load_config` calls this for the launch it runs in."""
         loop, train = self.loop, self.train
-        group = train.num_generations
+        group = train.group_size
         if processes > 1 and self.warmup.enabled:
             raise ConfigError(
                 "the warm-up trains the model of a single process, not under accelerate launch "
@@ -391,10 +411,44 @@ class RunConfig:
             raise ConfigError(
                 f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
                 f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
-                f"each of {processes} process(es) (blocks of num_generations={group} for "
+                f"each of {processes} process(es) (blocks of group_size={group} for "
                 f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s)): raise the "
                 "batch or accumulation, or play fewer environments"
             )
+
+
+# Values a run derives from another key (RunConfig.design_phase, update_config): a file or override may
+# set one only to the value it is derived as (configurations saved by earlier releases hold them).
+DERIVED_KEYS = {
+    "design.n": "loop.designs_per_iteration",
+    "design.validation.max_turns": "rollout.max_turns",
+    "design.prompt.setting": "design.setting",
+    "design.prompt.hint_mode": "design.hint_mode",
+    "train.temperature": "rollout.temperature",
+}
+_DEFAULT_VALIDATION_TURNS = ValidationSettings().max_turns
+_DEFAULT_TRAIN_TEMPERATURE = TrainConfig().temperature
+
+
+def _value(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _derived_message(key: str, value: Any, source: str, config: Any) -> str:
+    return (
+        f"{key} ({value!r}) is {source} ({_value(config, source)!r}) in a run and cannot be set apart from "
+        f"it: set {source} (and leave {key} out)"
+    )
+
+
+def _check_derived(data: dict, config: RunConfig) -> None:
+    """Refuse a derived key that a file or override sets to anything but its source's value."""
+    for key, source in DERIVED_KEYS.items():
+        found, value = get_dotted(data, key)
+        if found and value is not None and value != _value(config, source):
+            raise ConfigError(_derived_message(key, value, source, config))
 
 
 # Keys and values renamed for the glossary (README): the old name is read, with a warning that names the
@@ -406,6 +460,7 @@ RENAMED_KEYS = {
     "rewards.band_high": "rewards.plateau_high",
     "rewards.band_ramp": "rewards.plateau_ramp",
     "rewards.w_band": "rewards.w_plateau",
+    "train.num_generations": "train.group_size",
 }
 RENAMED_VALUES = {"rewards.mode": {"band": "plateau"}}
 
@@ -439,6 +494,7 @@ def load_config(
         log.warning("%s", note)
         warnings.warn(note, FutureWarning, stacklevel=2)
     config = build(RunConfig, data, "")
+    _check_derived(data, config)
     config.check_launch(launch_processes() if processes is None else processes)
     return config
 
@@ -463,6 +519,15 @@ def load_run_config(config_path: Path | None, overrides: list[str], run_dir: Pat
 
 
 def save_config(config: RunConfig, path: Path) -> None:
+    """The resolved configuration as JSON, without the derived keys (they follow their sources)."""
+    data = to_data(config)
+    for key in DERIVED_KEYS:
+        *tables, last = key.split(".")
+        node = data
+        for part in tables:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(last, None)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(to_data(config), indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

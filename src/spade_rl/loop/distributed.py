@@ -89,12 +89,14 @@ class Processes:
         """Where this process's trainer lives: its own GPU in a distributed run, else the configured one."""
         import torch
 
+        from spade_rl.policy.models import choose_device
+
         wanted = config.policy.transformers.device
         if self.cpu or wanted == "cpu" or not torch.cuda.is_available():
             return "cpu"
         if self.distributed:
             return f"cuda:{self.local_rank}"
-        return "cuda" if wanted == "auto" else wanted
+        return choose_device(wanted)
 
     def check(self, config: RunConfig) -> None:
         """Refuse what cannot work with this many processes and this sharding (see the module docstring)."""
@@ -236,7 +238,7 @@ def follower_updater(config: RunConfig, processes: Processes) -> Any:
 
     processes.check(config)
     model, tokenizer = load_trainer_model(config, processes.device(config))
-    updater: Any = GRPOUpdater(model, tokenizer, config.train)
+    updater: Any = GRPOUpdater(model, tokenizer, config.update_config)
     if config.policy.backend == "servers":
         updater = SyncingUpdater(updater, None, gather_only=processes.sharding != "none")
     return updater

@@ -98,7 +98,7 @@ class SelfPlay:
         self.archive = Archive(self.files.archive_path, config.archive)
         if resume:
             self._restore()
-        seed_pool(self.archive, self.executor, config.pool, config.design.validation)
+        seed_pool(self.archive, self.executor, config.pool, config.design_phase.validation)
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> SelfPlay:
@@ -181,7 +181,7 @@ class SelfPlay:
     def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
         k = self.config.loop.plays_per_env
         records = [self.archive.get(env_id) for env_id in env_ids]
-        max_turns = self.config.design.validation.max_turns
+        max_turns = self.config.design_phase.validation.max_turns
         kwargs = {r.env_id: play_kwargs(r.source, r.env_kwargs, max_turns) for r in records}
         specs = [
             EpisodeSpec(

@@ -205,15 +205,11 @@ def _gathered(named: list[tuple[str, Any]], dist: Any) -> Iterator[tuple[str, An
 def load_trainer_model(config: RunConfig, device: str | None = None) -> tuple[Any, Any]:
     """The trainer's own copy of ``policy.model`` (``[policy.transformers]`` device and dtype; ``device``
     overrides the device, as each process of a distributed run takes its own GPU)."""
-    import torch
-
-    from spade_rl.policy.models import load_pretrained
+    from spade_rl.policy.models import choose_device, load_pretrained
 
     settings = config.policy.transformers
     if device is None:
-        device = settings.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = choose_device(settings.device)
     return load_pretrained(config.policy.model, device=device, dtype=settings.dtype)
 
 
@@ -240,9 +236,9 @@ def make_updater(config: RunConfig, policy: Policy, *, device: str | None = None
             sync.check(processed_logprobs=config.train.old_logprobs == "sampling")
         except PolicyError as error:
             raise ConfigError(str(error)) from error
-        inner: Any = SyncingUpdater(GRPOUpdater(model, tokenizer, config.train), sync)
+        inner: Any = SyncingUpdater(GRPOUpdater(model, tokenizer, config.update_config), sync)
     elif hasattr(getattr(policy, "model", None), "parameters"):
-        inner = GRPOUpdater.for_policy(policy, config.train)
+        inner = GRPOUpdater.for_policy(policy, config.update_config)
     else:
         backend = config.policy.backend
         advice = {

@@ -3,7 +3,7 @@
     from spade_rl.train import GRPOUpdater, TrainConfig, sample_from_episode, sample_from_generation
     samples = [sample_from_generation(o.generation, a, group=0) for o, a in zip(outcomes, designer_adv)]
     samples += [sample_from_episode(e, a, group=1 + k) for ...]      # one group per environment
-    updater = GRPOUpdater.for_policy(policy, TrainConfig(num_generations=8, per_device_train_batch_size=16))
+    updater = GRPOUpdater.for_policy(policy, TrainConfig(group_size=8, per_device_train_batch_size=16))
     metrics = updater.update(samples)                                 # one optimiser step
 
 ``samples`` (:class:`Sample`, helpers from episodes and designer generations, the batch layout),

@@ -1,6 +1,6 @@
 """The configuration of the GRPO update: one frozen dataclass, validated on construction.
 
-    config = TrainConfig(learning_rate=1e-6, num_generations=8, per_device_train_batch_size=8)
+    config = TrainConfig(learning_rate=1e-6, group_size=8, per_device_train_batch_size=8)
     config.rows_per_update        # samples (with filler) in one optimiser step, per process
 
 Names follow TRL's ``GRPOConfig`` where one exists, so that a reader can look the meaning up there.
@@ -41,7 +41,7 @@ class TrainConfig:
     temperature: float = 0.6  # the sampling temperature of the samples
     old_logprobs: str = "sampling"  # sampling: ratio against the sampler's log-probs; recompute: on-policy
     # batch geometry
-    num_generations: int = 8  # G: rows per GRPO group block
+    group_size: int = 8  # G: samples per GRPO group (TRL's group_size): rows per group block
     per_device_train_batch_size: int = 8  # rows per forward/backward pass
     gradient_accumulation_steps: int = 1  # passes per optimiser step
     max_completion_length: int = 4096  # longer completions keep their first tokens
@@ -87,7 +87,7 @@ class TrainConfig:
         _number("lora_dropout", self.lora_dropout, low=0.0, high=1.0, high_open=True)
         _integer("warmup_steps", self.warmup_steps, 0)
         _integer("max_steps", self.max_steps, 1)
-        _integer("num_generations", self.num_generations, 2)  # GRPO compares at least two samples
+        _integer("group_size", self.group_size, 2)  # GRPO compares at least two samples
         _integer("per_device_train_batch_size", self.per_device_train_batch_size, 1)
         _integer("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
         _integer("max_completion_length", self.max_completion_length, 1)
@@ -110,11 +110,11 @@ class TrainConfig:
             )
         if self.gradient_checkpointing not in (None, True, False):
             raise ValueError("train gradient_checkpointing must be None (automatic), True or False")
-        if self.rows_per_update % self.num_generations:
+        if self.rows_per_update % self.group_size:
             raise ValueError(
                 f"train per_device_train_batch_size * gradient_accumulation_steps "
                 f"({self.per_device_train_batch_size} * {self.gradient_accumulation_steps} = "
-                f"{self.rows_per_update}) must be a multiple of num_generations ({self.num_generations}): "
+                f"{self.rows_per_update}) must be a multiple of group_size ({self.group_size}): "
                 "each update holds whole groups"
             )
         targets = self.lora_target_modules

@@ -2,7 +2,7 @@
 
     sample = sample_from_episode(episode, advantage=0.8, group=3)          # agent: a no-hint episode
     sample = sample_from_generation(outcome.generation, advantage=-0.1, group=0)  # designer: one proposal
-    batch = assemble_batch(samples, num_generations=8, rows=32, filler_token_id=tokenizer.pad_token_id)
+    batch = assemble_batch(samples, group_size=8, rows=32, filler_token_id=tokenizer.pad_token_id)
 
 A :class:`Sample` is one sequence: the prompt the model was given, the completion that followed it, which
 completion tokens the model wrote (``completion_mask`` 1) and which the environment or the chat template
@@ -14,7 +14,7 @@ first ``max_completion_length`` tokens, with their mask and log-probs; the tail 
 leaves every kept token's context, hence its log-probability, exactly as sampled. Prompts are never cut:
 cutting a prompt changes what every completion token was conditioned on.
 
-The batch (:func:`assemble_batch`): TRL's GRPO forms groups from consecutive blocks of ``num_generations``
+The batch (:func:`assemble_batch`): TRL's GRPO forms groups from consecutive blocks of ``group_size``
 (G) rows and subtracts each block's mean reward. Our groups are therefore laid out one per block, in the
 order given; a group of fewer than G samples is completed with filler rows, and the batch is completed
 with whole filler blocks up to ``rows``. A filler row has a one-token prompt and a one-token completion
@@ -221,15 +221,15 @@ def split_groups(samples: Sequence[Sample]) -> list[list[Sample]]:
     return groups
 
 
-def check_group(group: Sequence[Sample], num_generations: int) -> None:
+def check_group(group: Sequence[Sample], group_size: int) -> None:
     """Raise unless the group has one role, at most G samples and advantages that sum to zero."""
     gid, role = group[0].group, group[0].role
     if any(s.role != role for s in group):
         raise ValueError(f"group {gid} mixes roles: each group must hold samples of one role")
-    if len(group) > num_generations:
+    if len(group) > group_size:
         raise ValueError(
-            f"group {gid} has {len(group)} samples, more than num_generations={num_generations}: "
-            "set num_generations to the largest group size"
+            f"group {gid} has {len(group)} samples, more than group_size={group_size}: "
+            "set train.group_size to the largest group"
         )
     advantages = [s.advantage for s in group]
     total = math.fsum(advantages)
@@ -248,37 +248,37 @@ def filler_sample(role: str, token_id: int) -> Sample:
 
 def assemble_batch(
     samples: Sequence[Sample],
-    num_generations: int,
+    group_size: int,
     rows: int,
     filler_token_id: int,
     max_completion_length: int | None = None,
 ) -> Batch:
-    """Lay ``samples`` out as ``rows`` rows in blocks of ``num_generations`` (see the module docstring)."""
+    """Lay ``samples`` out as ``rows`` rows in blocks of ``group_size`` (see the module docstring)."""
     if not samples:
         raise ValueError("no samples to train on")
     for sample in samples:
         if not isinstance(sample, Sample):
             raise TypeError(f"expected spade_rl.train.Sample records, got {type(sample).__name__}")
-    if rows % num_generations:
-        raise ValueError(f"rows ({rows}) must be a multiple of num_generations ({num_generations})")
+    if rows % group_size:
+        raise ValueError(f"rows ({rows}) must be a multiple of group_size ({group_size})")
     groups = split_groups(samples)
-    needed = len(groups) * num_generations
+    needed = len(groups) * group_size
     if needed > rows:
         raise ValueError(
             f"{len(samples)} samples in {len(groups)} groups need {needed} rows ({len(groups)} blocks of "
-            f"num_generations={num_generations}), more than the {rows} rows of one update "
+            f"group_size={group_size}), more than the {rows} rows of one update "
             "(per_device_train_batch_size * gradient_accumulation_steps * processes): raise those, or hand "
             "fewer groups per update"
         )
     batch = Batch()
     for group in groups:
-        check_group(group, num_generations)
+        check_group(group, group_size)
         for sample in group:
             if max_completion_length is not None and len(sample.completion_ids) > max_completion_length:
                 sample = sample.truncated(max_completion_length)
                 batch.truncated += 1
             batch.add(sample, False, filler_token_id)
-        for _ in range(num_generations - len(group)):
+        for _ in range(group_size - len(group)):
             batch.add(filler_sample(group[0].role, filler_token_id), True, filler_token_id)
     while len(batch) < rows:
         batch.add(filler_sample("agent", filler_token_id), True, filler_token_id)

@@ -1,6 +1,6 @@
 """The GRPO update of the shared policy: one persistent TRL ``GRPOTrainer``, driven one optimiser step a call.
 
-    updater = GRPOUpdater.for_policy(policy, TrainConfig(num_generations=8, per_device_train_batch_size=16))
+    updater = GRPOUpdater.for_policy(policy, TrainConfig(group_size=8, per_device_train_batch_size=16))
     metrics = updater.update(designer_samples + agent_samples)   # exactly one optimiser step
     updater.save(run_dir / "checkpoints" / "step-000012")        # and, after a restart: updater.load(...)
 
@@ -18,10 +18,11 @@ schedule, accelerate (DDP, DeepSpeed, FSDP), LoRA through peft, and the ``report
 and ``env_mask`` = the completion mask, so environment tokens stay out of the loss) plus a ``role`` and an
 ``advantage`` column. Two reward functions, one per role, return the precomputed advantage of their role's
 rows and ``None`` for the other role's. With ``scale_rewards="none"`` TRL's advantage is ``reward - mean of
-its block of num_generations rows``; :func:`~spade_rl.train.samples.assemble_batch` puts one centred group
-per block (filler rows carry 0), so the block mean is 0 and TRL uses our advantages. They differ only by
-float32 rounding (TRL holds rewards in float32): below 1e-6 for advantages of order 1, measured by the
-``train/advantage_mismatch`` metric of every update and asserted in the tests.
+its block of group_size rows`` (TRL's ``num_generations``); :func:`~spade_rl.train.samples.assemble_batch`
+puts one centred group per block (filler rows carry 0), so the block mean is 0 and TRL uses our
+advantages. They differ only by float32 rounding (TRL holds rewards in float32): below 1e-6 for
+advantages of order 1, measured by the ``train/advantage_mismatch`` metric of every update and asserted
+in the tests.
 
 **Old log-probabilities.** TRL 1.16 without its own vLLM uses the rollout's ``logprobs`` for nothing but an
 optional off-policy mask: the importance ratio's "old" log-probs are its own forward pass, detached (ratio 1
@@ -137,7 +138,7 @@ class GRPOUpdater:
         log.info(
             "GRPO updater ready: %d rows per update in blocks of %d, loss %s, lr %g, lora %s, device %s",
             self.rows_per_update,
-            self.config.num_generations,
+            self.config.group_size,
             self.config.loss_type,
             self.config.learning_rate,
             self.config.use_lora,
@@ -171,14 +172,14 @@ class GRPOUpdater:
 
     def update(self, samples: Sequence[Sample]) -> dict[str, float]:
         """Exactly one optimiser step on ``samples`` (groups consecutive, one role each, advantages
-        centred, at most ``rows_per_update`` rows once laid out in blocks of ``num_generations``).
+        centred, at most ``rows_per_update`` rows once laid out in blocks of ``group_size``).
         Returns namespaced metrics: ``train/loss``, ``train/grad_norm``, ``train/kl`` (beta > 0),
         ``train/clip_ratio/...``, ``train/entropy``, per-role counts, ``time/train_s``, ..."""
         start = time.perf_counter()
         cfg, trainer = self.config, self.trainer
         batch = assemble_batch(
             samples,
-            cfg.num_generations,
+            cfg.group_size,
             self.rows_per_update,
             self.filler_token_id,
             cfg.max_completion_length,
@@ -243,9 +244,10 @@ class GRPOUpdater:
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint format {meta.get('format')!r} is not {CHECKPOINT_FORMAT}")
         saved = meta["config"]
+        saved.setdefault("group_size", saved.get("num_generations"))  # its name before the glossary
         for key in (
             "use_lora",
-            "num_generations",
+            "group_size",
             "per_device_train_batch_size",
             "gradient_accumulation_steps",
         ):
@@ -321,7 +323,7 @@ class GRPOUpdater:
             beta=beta,
             temperature=cfg.temperature,
             scale_rewards="none",
-            num_generations=cfg.num_generations,
+            num_generations=cfg.group_size,  # TRL's name for the group size
             per_device_train_batch_size=cfg.per_device_train_batch_size,
             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
             max_completion_length=cfg.max_completion_length,
