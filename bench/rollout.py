@@ -18,7 +18,7 @@ import time
 from spade_rl.envs import reference
 from spade_rl.policy import PolicyConfig, make_policy
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 
 class TimedPolicy:
@@ -40,7 +40,7 @@ class TimedPolicy:
 
 
 def measure(
-    policy: TimedPolicy, pool: SandboxPool, specs: list[EpisodeSpec], config: RolloutConfig, batched: bool
+    policy: TimedPolicy, pool: Sandbox, specs: list[EpisodeSpec], config: RolloutConfig, batched: bool
 ):
     policy.seconds = 0.0
     start = time.perf_counter()
@@ -80,7 +80,7 @@ def main() -> None:
     ]
     config = RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens)
     policy = TimedPolicy(make_policy(PolicyConfig(seed=0)))
-    with SandboxPool(SandboxConfig(pool_size=2)) as pool:
+    with Sandbox(SandboxConfig(pool_size=2)) as pool:
         run_episodes(policy, pool, specs[:2], RolloutConfig(max_turns=1, max_new_tokens=4))  # warm up
         batched = measure(policy, pool, specs, config, batched=True)
         sequential = measure(policy, pool, specs[: args.sequential], config, batched=False)

@@ -19,7 +19,7 @@ import statistics
 import time
 
 from spade_rl.envs import load_env_class
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 TRIVIAL = """
 class TrivialEnv:
@@ -40,7 +40,7 @@ class TrivialEnv:
 """
 
 
-def per_call(pool: SandboxPool, seconds: float) -> dict:
+def per_call(pool: Sandbox, seconds: float) -> dict:
     env = pool.open(TRIVIAL, kwargs={"max_turns": 10**9}).value
     env.reset(0)
     for _ in range(200):  # warm up
@@ -60,7 +60,7 @@ def per_call(pool: SandboxPool, seconds: float) -> dict:
     }
 
 
-def pool_episodes(pool: SandboxPool, turns: int, seconds: float, min_episodes: int = 3) -> float:
+def pool_episodes(pool: Sandbox, turns: int, seconds: float, min_episodes: int = 3) -> float:
     done = 0
     start = time.perf_counter()
     while done < min_episodes or time.perf_counter() - start < seconds:
@@ -92,12 +92,12 @@ def main() -> None:
     args = parser.parse_args()
 
     results: dict = {}
-    with SandboxPool(SandboxConfig(pool_size=1)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1)) as pool:
         results["layers"] = {r["name"]: r["active"] or r["not_needed"] for r in pool.layer_reports()}
         results["call"] = per_call(pool, args.seconds)
         for turns in (1, 20):
             results[f"pool_eps_{turns}"] = pool_episodes(pool, turns, args.seconds)
-    with SandboxPool(SandboxConfig(pool_size=1, episodes_per_worker=1)) as fresh:
+    with Sandbox(SandboxConfig(pool_size=1, episodes_per_worker=1)) as fresh:
         for turns in (1, 20):
             results[f"fresh_eps_{turns}"] = pool_episodes(fresh, turns, args.seconds)
     for turns in (1, 20):

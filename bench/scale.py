@@ -31,11 +31,11 @@ import time
 from spade_rl.design import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor import ExecutorConfig, LocalExecutor
-from spade_rl.executor.loopback import LoopbackCluster
 from spade_rl.executor.ray_executor import RayExecutor
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 from spade_rl.sandbox import SandboxConfig
+from spade_rl.testing.loopback_cluster import LoopbackCluster
 
 TRIVIAL = """
 class TrivialEnv:

@@ -9,7 +9,7 @@ import pytest
 from spade_rl.envs import reference
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=1.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=1.0)) as p:
         yield p
 
 

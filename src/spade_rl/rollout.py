@@ -1,9 +1,9 @@
 """Multi-turn episodes, many at once: one batched generation per turn for every live episode.
 
-    episodes = run_episodes(policy, pool, [EpisodeSpec(source, seed=0, hint="..."), ...], RolloutConfig())
+    episodes = run_episodes(policy, sandbox, [EpisodeSpec(source, seed=0, hint="..."), ...], RolloutConfig())
 
 Each turn, every live episode's conversation (kept as token ids) goes to the policy in one batch,
-then every live episode steps in the sandbox pool (or an executor: ``spade_rl.executor``, which may
+then every live episode steps in the sandbox (or an executor: ``spade_rl.executor``, which may
 hold the environments on Ray actors) in one batch; episodes end independently
 (terminated, truncated by the environment, out of turns, out of context, or an environment failure).
 The hint, when on, is appended to the first observation. ``RolloutConfig.action_prefix`` can force
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.policy import Policy, SamplingSettings
 from spade_rl.rewards import episode_return
-from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool
+from spade_rl.sandbox import CallResult, EnvHandle, Sandbox
 
 if TYPE_CHECKING:
     from spade_rl.executor import Executor
@@ -69,7 +69,7 @@ class RolloutConfig:
     top_p: float = 1.0
     reward_range: tuple[float, float] = (0.0, 1.0)
     call_timeout_s: float = 5.0  # the deadline of one reset or step
-    # The environment's time over a whole episode (its reset and steps, as the pool measured them):
+    # The environment's time over a whole episode (its reset and steps, as the sandbox measured them):
     # past it the episode ends as an environment failure ("time_budget"), so that an environment that
     # answers every step just under call_timeout_s cannot slow every turn of a batch to its pace.
     episode_env_budget_s: float = 20.0
@@ -207,7 +207,7 @@ def _cut(text: str, limit: int) -> str:
 
 def run_episodes(
     policy: Policy,
-    pool: SandboxPool | Executor,
+    sandbox: Sandbox | Executor,
     specs: list[EpisodeSpec],
     config: RolloutConfig,
     seed: int = 0,
@@ -220,13 +220,13 @@ def run_episodes(
     tail = _TemplateTail(policy)
     handles: list[EnvHandle | None] = [None] * len(specs)
     try:
-        opened = pool.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
+        opened = sandbox.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
         live = []
         for i, result in enumerate(opened):
             handles[i] = _opened(episodes[i], result)
             if handles[i] is not None:
                 live.append(i)
-        resets = pool.call_many(
+        resets = sandbox.call_many(
             [(handles[i], "reset", {"seed": specs[i].seed}) for i in live], config.call_timeout_s
         )
         started = []
@@ -242,7 +242,7 @@ def run_episodes(
             started.append(i)
             if on_turn is not None:
                 on_turn(i, episode)
-        _play(policy, pool, episodes, handles, started, config, tail, rng, on_turn)
+        _play(policy, sandbox, episodes, handles, started, config, tail, rng, on_turn)
     finally:
         for handle in handles:
             if handle is not None:
@@ -252,7 +252,7 @@ def run_episodes(
 
 def _play(
     policy: Policy,
-    pool: SandboxPool | Executor,
+    sandbox: Sandbox | Executor,
     episodes: list[Episode],
     handles: list[EnvHandle | None],
     live: list[int],
@@ -276,7 +276,7 @@ def _play(
             action = prefixes.text(episodes[i].spec.setting) + generation.text
             episodes[i].messages.append({"role": "assistant", "content": action})
             actions.append(action)
-        steps = pool.call_many(
+        steps = sandbox.call_many(
             [(handles[i], "step", {"action": a}) for i, a in zip(live, actions, strict=True)],
             config.call_timeout_s,
         )
@@ -305,7 +305,7 @@ def _play(
 
 
 def play_episode(
-    pool: SandboxPool | Executor,
+    sandbox: Sandbox | Executor,
     spec: EpisodeSpec,
     config: RolloutConfig,
     act: Callable[[Episode], str],
@@ -322,12 +322,12 @@ def play_episode(
     exception it raises ends the play, closes the environment and propagates. ``on_turn(episode)`` is
     called as ``run_episodes`` calls its ``on_turn``: once at the start, then after each turn."""
     episode = Episode(spec)
-    [opened] = pool.open_many([(spec.source, spec.env_kwargs)], config.call_timeout_s)
+    [opened] = sandbox.open_many([(spec.source, spec.env_kwargs)], config.call_timeout_s)
     handle = _opened(episode, opened)
     if handle is None:
         return episode
     try:
-        [reset] = pool.call_many([(handle, "reset", {"seed": spec.seed})], config.call_timeout_s)
+        [reset] = sandbox.call_many([(handle, "reset", {"seed": spec.seed})], config.call_timeout_s)
         if not _begin(episode, reset, config):
             return episode
         if on_turn is not None:
@@ -337,7 +337,7 @@ def play_episode(
             turn += 1
             action = act(episode)
             episode.messages.append({"role": "assistant", "content": action})
-            [result] = pool.call_many([(handle, "step", {"action": action})], config.call_timeout_s)
+            [result] = sandbox.call_many([(handle, "step", {"action": action})], config.call_timeout_s)
             observation = _record_step(episode, result, action, "stop", turn, config)
             if observation is None:
                 break

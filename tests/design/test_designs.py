@@ -20,7 +20,7 @@ from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.envs import reference
 from spade_rl.loop.designing import DesignPhaseConfig, design_environments, seed_reference_environments
 from spade_rl.policy import FakePolicy
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 HERE = Path(__file__).parent
 DESIGNS = sorted((HERE / "designs").glob("*.py"))
@@ -40,7 +40,7 @@ def as_designer_output(source: str, hint: str = "Think before you act.") -> str:
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0)) as p:
         yield p
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from spade_rl.design.prompts import MemoryExample, PromptConfig, designer_chat, hint_chat
+from spade_rl.design.prompts import PromptConfig, ShownExample, designer_chat, hint_chat
 from spade_rl.envs import reference
 
 
-def example(positive: bool, win: float) -> MemoryExample:
-    return MemoryExample(
+def example(positive: bool, win: float) -> ShownExample:
+    return ShownExample(
         reference.source("guess"), "Halve the range.", "math", win, min(1.0, win + 0.3), positive
     )
 

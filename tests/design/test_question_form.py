@@ -15,14 +15,14 @@ from spade_rl.design.prompts import QUESTION_PREFIX, question_designer_chat
 from spade_rl.envs import kits
 from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.policy import FakePolicy, default_tokenizer
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 SETTINGS = ValidationSettings(max_turns=2, call_timeout_s=2.0)
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
         yield p
 
 

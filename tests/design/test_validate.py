@@ -6,12 +6,12 @@ import pytest
 
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.envs import reference
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0)) as p:
         yield p
 
 

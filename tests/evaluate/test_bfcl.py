@@ -23,7 +23,7 @@ from spade_rl.evaluate._bfcl_data import (
 from spade_rl.evaluate._bfcl_parse import MAX_CALLS, parse_tool_calls
 from spade_rl.evaluate.bfcl import BFCLSuite, select
 from spade_rl.policy import FakePolicy, SamplingSettings, default_tokenizer
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 LONG = SamplingSettings(max_new_tokens=1 << 20, temperature=0.0)  # the fake's answers are never cut
 
@@ -44,12 +44,12 @@ TOUCHED = Path("/tmp/spade-rl-bfcl-pwned")
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+    with Sandbox(SandboxConfig(pool_size=2)) as p:
         yield p
 
 
 def ctx_for(pool, limit=None, seed=0, sampling=LONG):
-    return EvalContext(limit=limit, seed=seed, sampling=sampling, pool=pool, batch_size=64)
+    return EvalContext(limit=limit, seed=seed, sampling=sampling, sandbox=pool, batch_size=64)
 
 
 # --- ground truth as a policy ---------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_default_model_through_the_sandbox(pool):
     policy = make_policy(PolicyConfig(seed=0))
     suite = get_suite("bfcl", categories="simple_python,irrelevance,multi_turn_base", max_steps_per_turn=2)
     sampling = SamplingSettings(max_new_tokens=48, temperature=0.0, logprobs=False)
-    result = suite.run(policy, EvalContext(limit=1, seed=0, sampling=sampling, pool=pool, batch_size=4))
+    result = suite.run(policy, EvalContext(limit=1, seed=0, sampling=sampling, sandbox=pool, batch_size=4))
     assert result.n == 3 and 0.0 <= result.accuracy <= 1.0
     assert [i.detail["category"] for i in result.items] == ["simple_python", "irrelevance", "multi_turn_base"]
     assert all(i.response or i.detail.get("reason") == "context" for i in result.items)

@@ -12,7 +12,7 @@ from spade_rl.policy import FakePolicy
 
 
 def _ctx(pool, limit=2, seed=0):
-    return EvalContext(limit=limit, seed=seed, sampling=GREEDY, pool=pool)
+    return EvalContext(limit=limit, seed=seed, sampling=GREEDY, sandbox=pool)
 
 
 def _solutions(pool, suite, limit, seed=0):

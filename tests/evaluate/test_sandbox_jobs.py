@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from spade_rl.evaluate._sandbox_jobs import Job, SandboxJobError, run_jobs, step_value
-from spade_rl.sandbox import CallResult, SandboxConfig, SandboxPool, Status
+from spade_rl.sandbox import CallResult, Sandbox, SandboxConfig, Status
 
 RUNNER = textwrap.dedent(
     """
@@ -33,7 +33,7 @@ RUNNER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+    with Sandbox(SandboxConfig(pool_size=2)) as p:
         yield p
 
 

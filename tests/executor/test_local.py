@@ -21,7 +21,7 @@ from spade_rl.executor import (
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 DESIGNS = Path(__file__).parents[1] / "design" / "designs"
 SETTINGS = ValidationSettings(call_timeout_s=1.0)
@@ -58,7 +58,7 @@ def test_validate_many_gives_the_batterys_reports_in_order(executor):
     paths = [DESIGNS / name for name in ("valid_multi_turn.py", "nan_reward.py", "syntax_error.py")]
     sources = [p.read_text() for p in paths]
     reports = executor.validate_many([(s, "") for s in sources], SETTINGS)
-    with SandboxPool(SandboxConfig(pool_size=1, call_timeout_s=1.0)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1, call_timeout_s=1.0)) as pool:
         expected = [validate_source(pool, s, SETTINGS) for s in sources]
     assert [(r.valid, r.reason, r.checks) for r in reports] == [
         (r.valid, r.reason, r.checks) for r in expected
@@ -75,21 +75,21 @@ def test_rollouts_run_through_the_executor(executor):
 
 
 def test_as_executor_wraps_a_pool_without_owning_it():
-    with SandboxPool(SandboxConfig(pool_size=1)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1)) as pool:
         wrapped = as_executor(pool)
-        assert isinstance(wrapped, LocalExecutor) and wrapped.pool is pool
+        assert isinstance(wrapped, LocalExecutor) and wrapped.sandbox is pool
         wrapped.close()  # leaves the caller's pool open
         [report] = wrapped.validate_many([(reference.source("guess"), "")], ValidationSettings())
         assert report.valid
         assert as_executor(wrapped) is wrapped and isinstance(wrapped, Executor)
-    with pytest.raises(TypeError, match="expected an executor or a SandboxPool"):
+    with pytest.raises(TypeError, match="expected an executor or a Sandbox"):
         as_executor("pool")
 
 
 def test_judge_on_the_driver_matches_the_battery():
     rejecting = ValidationSettings(judge=lambda source, hint: (False, "too easy"))
     accepting = ValidationSettings(judge=lambda source, hint: (True, ""))
-    with SandboxPool(SandboxConfig(pool_size=1)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1)) as pool:
         source = reference.source("guess")
         for settings in (rejecting, accepting):
             direct = validate_source(pool, source, settings)

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from fixture_envs import HANGS, PARITY, SCRIPTED
+from fixture_envs import HANGS, PARITY, SCRIPTED, scripted_roles
 from spade_rl.design import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.executor import ExecutorConfig, ExecutorError, LocalExecutor
@@ -338,19 +338,6 @@ def test_more_actors_than_the_cluster_can_place_is_refused_clearly(make_executor
 # --- the self-play loop ---------------------------------------------------------------------------------
 
 
-class RoutingPolicy(TransformersPolicy):
-    """The tiny model plays; designer prompts get scripted answers (with real token ids)."""
-
-    def __init__(self, model, tokenizer, designs):
-        super().__init__(model, tokenizer)
-        self.designs = FakePolicy(designs, tokenizer=tokenizer)
-
-    def generate(self, chats, settings):
-        if chats and chats[0][0]["content"].startswith("You design executable"):
-            return self.designs.generate(chats, settings)
-        return super().generate(chats, settings)
-
-
 def archive_contents(path: Path) -> dict:
     """Everything the archive holds, less the wall-clock times."""
     with sqlite3.connect(path) as db:
@@ -392,11 +379,11 @@ def test_selfplay_on_ray_leaves_the_archive_a_local_run_leaves(cluster, tmp_path
     contents, metrics = {}, {}
     for kind in ("local", "ray"):
         model, tokenizer = tiny_random_model(seed=0)
-        policy = RoutingPolicy(
+        roles = scripted_roles(
             model, tokenizer, [f"```python\n{s}```\n<hint>Count.</hint>" for s in (PARITY, HANGS)] * 2
         )
         config = load_config(None, [*overrides, f"executor.kind='{kind}'", "executor.num_actors=2"])
-        with SelfPlay(config, tmp_path / kind, policy=policy) as run:
+        with SelfPlay(config, tmp_path / kind, **roles) as run:
             assert run.executor.kind == kind
             metrics[kind] = list(run.iterations())
         contents[kind] = archive_contents(tmp_path / kind / "archive.sqlite")

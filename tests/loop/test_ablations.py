@@ -24,7 +24,7 @@ from spade_rl.loop.run import SelfPlay, frozen_copy
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.rewards import plateau
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 ONE = [*SMALL, "loop.iterations=1"]
 CHANCE_GAMES = ValidationSettings(trivial_seeds=0)  # the parity game is won by chance (fixture_envs.py)
@@ -33,7 +33,7 @@ POOL_ONLY = [*ONE, "rollout.max_turns=1", "pool.reference=[]"]  # one try: the p
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+    with Sandbox(SandboxConfig(pool_size=2)) as p:
         yield p
 
 

@@ -23,14 +23,14 @@ from spade_rl.loop.pool import (
     seed_pool,
     training_seed,
 )
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 SETTINGS = ValidationSettings(max_turns=2)
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2)) as p:
+    with Sandbox(SandboxConfig(pool_size=2)) as p:
         yield p
 
 
@@ -39,7 +39,7 @@ def items_of(source: str) -> list[dict]:
     return json.loads(ast.literal_eval(line[len("ITEMS = json.loads(") : -1]))
 
 
-def play(pool: SandboxPool, source: str, seed: int, actions: list[str]) -> list[tuple]:
+def play(pool: Sandbox, source: str, seed: int, actions: list[str]) -> list[tuple]:
     opened = pool.open(source, {"max_turns": 2})
     assert opened.ok, opened.error
     env = opened.value

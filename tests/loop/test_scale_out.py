@@ -34,17 +34,13 @@ from spade_rl.train import Sample
 DESIGN = designer_output(PARITY)
 
 
-class RoutingServerPolicy(ServerPolicy):
-    """The servers play; designer prompts get scripted answers (with real token ids)."""
-
-    def __init__(self, config: ServersConfig, tokenizer: Any, designs: list[str]) -> None:
-        super().__init__(config, tokenizer=tokenizer)
-        self.designs = FakePolicy(designs, tokenizer=tokenizer)
-
-    def generate(self, chats: Any, settings: Any) -> Any:
-        if chats and chats[0][0]["content"].startswith("You design executable"):
-            return self.designs.generate(chats, settings)
-        return super().generate(chats, settings)
+def server_roles(config: ServersConfig, tokenizer: Any, designs: list[str]) -> dict:
+    """SelfPlay's two roles here: the servers play (and are kept in step), a scripted designer writes
+    ``designs`` (real token ids of the same tokenizer)."""
+    return {
+        "policy": ServerPolicy(config, tokenizer=tokenizer),
+        "designer_policy": FakePolicy(designs, tokenizer=tokenizer),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +97,8 @@ def test_selfplay_on_two_servers_pushes_the_weights_after_every_update(
     transport = servers[0].transport
     monkeypatch.setattr("spade_rl.policy.weight_sync.VLLMNCCLTransport", lambda device=None: transport)
     config = load_config(None, servers_overrides(servers, tiny_dir, "nccl"))
-    policy = RoutingServerPolicy(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 4)
-    with SelfPlay(config, tmp_path / "run", policy=policy) as run:
+    roles = server_roles(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 4)
+    with SelfPlay(config, tmp_path / "run", **roles) as run:
         trainer = run.updater.trainer.model
         assert not any(p is q for p in trainer.parameters() for q in servers[0].policy.model.parameters())
         assert [s.routes().count("/finish_weight_update") for s in servers] == [1, 1]  # pushed at start
@@ -128,9 +124,9 @@ def test_inference_only_run_says_so_and_never_updates(
     servers: list[FakeVLLMServer], tiny_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = load_config(None, servers_overrides(servers, tiny_dir, "none", "loop.iterations=1"))
-    policy = RoutingServerPolicy(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 2)
+    roles = server_roles(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 2)
     before = {n: p.detach().clone() for n, p in servers[0].policy.model.named_parameters()}
-    with caplog.at_level(logging.WARNING), SelfPlay(config, tmp_path / "run", policy=policy) as run:
+    with caplog.at_level(logging.WARNING), SelfPlay(config, tmp_path / "run", **roles) as run:
         assert isinstance(run.updater, InferenceOnlyUpdater)
         [metrics] = list(run.iterations())
     assert any(

@@ -16,12 +16,12 @@ from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up, warmup_examples
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
         yield p
 
 

@@ -1,6 +1,6 @@
 """The attack suite of the sandbox: one hostile environment per file in ``attacks/``, one test each.
 
-Every test runs its attack through a fresh ``SandboxPool`` with short deadlines and asserts both
+Every test runs its attack through a fresh ``Sandbox`` with short deadlines and asserts both
 that the attack was stopped (the typed ``CallResult``: status, reason, error type) and that the host
 saw no effect: no file created, no connection received, no process of the pool left once it is
 closed, no secret of the host in any returned text, and the pool still able to run a benign
@@ -41,7 +41,7 @@ from spade_rl.archive.store import Archive
 from spade_rl.design.validate import REASONS, ValidationSettings, validate_source
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.envs.loader import find_env_classes
-from spade_rl.sandbox import CallResult, EnvHandle, SandboxConfig, SandboxPool, Status, doctor, landlock
+from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, SandboxConfig, Status, doctor, landlock
 from spade_rl.sandbox.config import DEFAULT_LAYERS, DEFAULT_PRELOAD, LAYERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,7 +201,7 @@ def assert_no_secret(results: list[CallResult]) -> None:
     assert not leaked, f"host secrets in what the environment returned: {[s[:40] for s in leaked]}"
 
 
-def assert_pool_works(pool: SandboxPool) -> None:
+def assert_pool_works(pool: Sandbox) -> None:
     opened = pool.open(BENIGN)
     assert opened.ok, f"the pool no longer runs a benign environment: {opened}"
     env = opened.value
@@ -399,7 +399,7 @@ def run_attack(
     source = attack_source(name)
     existing = frozenset(p.pid for p in processes())
     others = frozenset(pool_processes())  # workers of pools open before this one
-    pool = SandboxPool(config)
+    pool = Sandbox(config)
     workers: set[int] = set()
     calls: list[CallResult] = []
     try:
@@ -444,7 +444,7 @@ def default_layer_reports() -> dict[str, dict]:
     """The layers a worker applied, each default layer asked for as "optional" so that the worker
     answers even where one is missing (the attack tests use the defaults: every layer required)."""
     layers = {name: "optional" for name, mode in DEFAULT_LAYERS.items() if mode != "off"}
-    with SandboxPool(SandboxConfig(pool_size=1, layers=layers)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1, layers=layers)) as pool:
         return {r["name"]: r for r in pool.layer_reports()}
 
 
@@ -841,7 +841,7 @@ def test_nested_json():
             return []
 
     outcome = run_attack("nested_json", play=play)
-    assert not host_raised, f"SandboxPool.call raised in the host: {host_raised[0]!r}"
+    assert not host_raised, f"Sandbox.call raised in the host: {host_raised[0]!r}"
     assert_killed(outcome.last, Status.PROTOCOL_ERROR)
 
 
@@ -871,7 +871,7 @@ def test_stall_reader():
         return [first, *results]
 
     outcome = run_attack("stall_reader", play=play)
-    assert not state["hung"], "SandboxPool.call blocked past its deadline writing the request"
+    assert not state["hung"], "Sandbox.call blocked past its deadline writing the request"
     assert_killed(outcome.last, Status.TIMEOUT)
 
 
@@ -900,7 +900,7 @@ def test_own_reason_code(tmp_path):
     outcome = run_attack("own_reason_code", play=reset)
     assert_raised(outcome.last, "Forged")  # an exception of the environment, not a loader verdict
     require_sandbox()
-    with SandboxPool(CONFIG) as pool:
+    with Sandbox(CONFIG) as pool:
         report = validate_source(pool, attack_source("own_reason_code"), VALIDATION)
     assert (report.valid, report.reason) == (False, "reset_raised"), report
     with Archive(tmp_path / "archive.sqlite") as archive:
@@ -910,7 +910,7 @@ def test_own_reason_code(tmp_path):
 
 def test_int_or_float():
     require_sandbox()
-    with SandboxPool(CONFIG) as pool:  # the types flip at random: several validations
+    with Sandbox(CONFIG) as pool:  # the types flip at random: several validations
         reports = [validate_source(pool, attack_source("int_or_float"), VALIDATION) for _ in range(4)]
     for report in reports:
         assert not report.valid and report.reason in ("nondeterministic", "instance_dependent"), report
@@ -919,7 +919,7 @@ def test_int_or_float():
 def test_quadratic_regex():
     require_sandbox()
     source = attack_source("quadratic_regex")
-    with SandboxPool(CONFIG) as pool:
+    with Sandbox(CONFIG) as pool:
         run = Background(lambda: validate_source(pool, source, VALIDATION, hint="Think before you box."))
         report = run.result(timeout=60)  # linear: well under a second; the backtracking took minutes
     assert "hint_no_leak" in report.checks and report.reason == "trivial_policy_wins", report
@@ -952,7 +952,7 @@ def attack_hint(name: str) -> str:
 
 def validate_attack(name: str, hint: str = "") -> object:
     require_sandbox()
-    with SandboxPool(CONFIG) as pool:
+    with Sandbox(CONFIG) as pool:
         report = validate_source(pool, attack_source(name), VALIDATION, hint=hint)
         assert_pool_works(pool)
     assert not report.valid and report.message, report
@@ -1012,7 +1012,7 @@ def test_honest_only_with_max_turns():
     from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 
     require_sandbox()
-    with SandboxPool(CONFIG) as pool:
+    with Sandbox(CONFIG) as pool:
         report = validate_source(pool, HONEST_WITH_MAX_TURNS, VALIDATION)
         assert report.valid and report.env_kwargs == {"max_turns": VALIDATION.max_turns}, report
         kwargs = play_kwargs(HONEST_WITH_MAX_TURNS, report.env_kwargs, max_turns=3)
@@ -1029,7 +1029,7 @@ def test_honest_only_with_max_turns():
 def test_half_answer_stall():
     require_sandbox()
     honest = [BENIGN.replace("EchoEnv", f"Echo{i}Env") for i in range(7)]  # a worker each
-    with SandboxPool(dataclasses.replace(CONFIG, pool_size=8)) as pool:
+    with Sandbox(dataclasses.replace(CONFIG, pool_size=8)) as pool:
         opened = pool.open_many([(attack_source("half_answer_stall"), None), *[(s, None) for s in honest]])
         envs = [o.value for o in opened]
         assert all(o.ok for o in opened) and len({e.worker_pid for e in envs}) == 8, opened
@@ -1048,7 +1048,7 @@ def test_slow_every_step():
     require_sandbox()
     policy = FakePolicy(lambda chat: "again", tokenizer=default_tokenizer())
     config = RolloutConfig(max_turns=40, call_timeout_s=1.0, episode_env_budget_s=1.0)
-    with SandboxPool(CONFIG) as pool:
+    with Sandbox(CONFIG) as pool:
         slow, fast = run_episodes(
             policy,
             pool,
@@ -1076,9 +1076,9 @@ def test_busy_between_calls():
 
 OWNER = """
 import sys, time
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import SandboxConfig, Sandbox
 from spade_rl.sandbox.config import DEFAULT_PRELOAD
-pool = SandboxPool(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "ctypes")))
+pool = Sandbox(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "ctypes")))
 env = pool.open(open(sys.argv[1]).read()).value
 first = env.reset(0)
 print(env.worker_pid, first.value[0] if first.ok else first.reason, flush=True)
@@ -1182,7 +1182,7 @@ def validator_pool():
     require_sandbox()
     kill_parent_blocked()  # before kill_everyone runs through the validator
     assert_default_targets_absent()
-    pool = SandboxPool(CONFIG)
+    pool = Sandbox(CONFIG)
     pool.start()
     workers = pool_processes()
     yield pool

@@ -21,7 +21,7 @@ from spade_rl.design.validate import REASONS, ValidationSettings, validate_sourc
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.rollout import STOP_REASONS, EpisodeSpec, RolloutConfig, run_episodes
-from spade_rl.sandbox import SandboxConfig, SandboxPool, protocol
+from spade_rl.sandbox import Sandbox, SandboxConfig, protocol
 
 TEXT = st.text(st.characters(codec=None, categories=None), max_size=40)  # surrogates included
 NUMBER = st.one_of(
@@ -136,7 +136,7 @@ EXAMPLES = itertools.count()
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as p:
         yield p
 
 

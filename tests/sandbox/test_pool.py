@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable, Status
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, Status
 
 COUNTER = textwrap.dedent(
     """
@@ -44,7 +44,7 @@ COUNTER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(pool_size=2, call_timeout_s=1.0)) as p:
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=1.0)) as p:
         yield p
 
 
@@ -143,7 +143,7 @@ def test_fresh_workers_are_distinct_within_one_batch(pool):
 
 
 def test_worker_recycled_after_episode_budget():
-    with SandboxPool(SandboxConfig(pool_size=1, episodes_per_worker=2)) as pool:
+    with Sandbox(SandboxConfig(pool_size=1, episodes_per_worker=2)) as pool:
         first = [open_ok(pool) for _ in range(2)]
         pids = {e.worker_pid for e in first}
         for env in first:
@@ -179,7 +179,7 @@ def test_missing_required_layer_refuses_to_run():
     # A uid that setresuid treats as "unchanged" leaves the worker root: the uid layer fails.
     config = SandboxConfig(pool_size=1, unprivileged_uid=0xFFFFFFFF, unprivileged_gid=0xFFFFFFFF)
     with pytest.raises(SandboxUnavailable, match="uid"):
-        with SandboxPool(config):
+        with Sandbox(config):
             pass
 
 
@@ -190,9 +190,9 @@ def test_required_bwrap_missing_or_working():
     config = SandboxConfig(pool_size=1, layers={"bwrap": "required"})
     if not ok:
         with pytest.raises(SandboxUnavailable, match="bwrap"):
-            SandboxPool(config)
+            Sandbox(config)
         return
-    with SandboxPool(config) as pool:
+    with Sandbox(config) as pool:
         env = open_ok(pool)
         assert env.reset(0).ok
         env.close()
@@ -206,3 +206,14 @@ def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="call_timeout_s"):
         SandboxConfig(call_timeout_s=0)
     assert SandboxConfig(layers={"seccomp": "optional"}).layers["landlock"] == "required"
+
+
+def test_the_names_of_earlier_releases_still_import_with_a_warning():
+    import spade_rl.sandbox as sandbox_package
+
+    with pytest.warns(FutureWarning, match=r"SandboxPool is deprecated: it is called Sandbox now"):
+        assert sandbox_package.SandboxPool is sandbox_package.Sandbox
+    with pytest.warns(FutureWarning, match=r"PoolExhausted is deprecated: it is called SandboxFull now"):
+        assert sandbox_package.PoolExhausted is sandbox_package.SandboxFull
+    with pytest.raises(AttributeError):
+        sandbox_package.NoSuchName  # noqa: B018

@@ -32,7 +32,7 @@ SRC = str(Path(__import__("spade_rl").__file__).resolve().parents[1])  # the fol
 PROBE = """
 import json, sys
 sys.path.insert(0, @SRC@)
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import SandboxConfig, Sandbox
 from spade_rl.sandbox.config import DEFAULT_PRELOAD
 
 SOURCE = '''
@@ -47,10 +47,10 @@ class ProbeEnv:
         return "x"
 '''
 out = {"prefix": sys.prefix}
-with SandboxPool(SandboxConfig(pool_size=1)) as pool:
+with Sandbox(SandboxConfig(pool_size=1)) as pool:
     opened = pool.open(SOURCE)
     out["bare"] = [opened.reason, opened.error_type, opened.error]
-with SandboxPool(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "spade_probe_module"))) as pool:
+with Sandbox(SandboxConfig(pool_size=1, preload=(*DEFAULT_PRELOAD, "spade_probe_module"))) as pool:
     opened = pool.open(SOURCE)
     out["preloaded"] = opened.value.reset(0).value[0] if opened.ok else opened.error
 print(json.dumps(out))
@@ -60,7 +60,7 @@ BFCL = """
 import json, sys
 sys.path.insert(0, @SRC@)
 from spade_rl.evaluate._sandbox_jobs import Job, SandboxJobError, run_jobs
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import SandboxConfig, Sandbox
 from spade_rl.sandbox.config import DEFAULT_PRELOAD
 
 AST_SOURCE = open(@SRC@ + "/spade_rl/evaluate/_bfcl_ast_env.py").read()
@@ -72,7 +72,7 @@ case = {"functions": [{"name": "add", "description": "Add.", "parameters": {"typ
         "language": "python", "category": "simple_python"}
 out = {}
 for name, config in (("bare", SandboxConfig(pool_size=1)), ("suite", SUITE)):
-    with SandboxPool(config) as pool:
+    with Sandbox(config) as pool:
         try:
             [result] = run_jobs(pool, AST_SOURCE, [Job(action=json.dumps(case))], timeout_s=20)
             verdict = json.loads(result.value[0])["valid"] if result.ok else result.error

@@ -1,4 +1,4 @@
-"""Fixtures of the GRPO update's tests: one thread, the default tokenizer, a factory of updaters on a fresh
+"""Fixtures of the GRPO update's tests: one thread, a factory of updaters on a fresh
 tiny model (CPU, no network)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from train_helpers import G
 
-from spade_rl.policy import default_tokenizer, tiny_random_model
+from spade_rl.policy import tiny_random_model
 from spade_rl.train import GRPOUpdater, TrainConfig
 
 
@@ -19,11 +19,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 @pytest.fixture

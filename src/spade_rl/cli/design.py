@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from spade_rl.cli.common import console, fail, yes
-from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
 
 def design(
@@ -74,10 +74,10 @@ def design(
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     try:
-        with SandboxPool(SandboxConfig()) as pool, Archive(out / "archive.sqlite") as archive:
-            seed_reference_environments(archive, pool, config.validation)
+        with Sandbox(SandboxConfig()) as sandbox, Archive(out / "archive.sqlite") as archive:
+            seed_reference_environments(archive, sandbox, config.validation)
             with console.status(f"designing {n} environments"):
-                outcomes = design_environments(policy, documents, archive, pool, config, rng, iteration)
+                outcomes = design_environments(policy, documents, archive, sandbox, config, rng, iteration)
     except SandboxUnavailable as exc:
         raise fail(str(exc)) from None
     table = Table(title=f"designed {n} environments into {out / 'archive.sqlite'}")

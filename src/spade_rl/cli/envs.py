@@ -18,7 +18,7 @@ from rich.table import Table
 from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, read_env, yes
 from spade_rl.design.validate import ValidationSettings
 from spade_rl.envs import reference
-from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
 envs_app = typer.Typer(no_args_is_help=True, help="Reference environments and validation.")
 
@@ -172,9 +172,9 @@ def envs_validate(
     else:
         hint_text = rules.hint if rules is not None else ""
         try:
-            with SandboxPool(SandboxConfig()) as pool:
+            with Sandbox(SandboxConfig()) as sandbox:
                 reports = [
-                    (spec, validate_source(pool, source, settings, hint=hint_text))
+                    (spec, validate_source(sandbox, source, settings, hint=hint_text))
                     for spec, source in sources
                 ]
         except SandboxUnavailable as exc:

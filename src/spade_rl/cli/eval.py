@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from spade_rl.cli.common import console, fail
-from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
 
 def eval_(
@@ -76,8 +76,10 @@ def eval_(
             console.print(f"  {name}: {result.correct}/{result.n} correct ({result.seconds:.0f} s)")
 
     try:
-        with SandboxPool(SandboxConfig()) as pool:
-            ctx = EvalContext(limit=limit, seed=seed, sampling=sampling, pool=pool, batch_size=batch_size)
+        with Sandbox(SandboxConfig()) as sandbox:
+            ctx = EvalContext(
+                limit=limit, seed=seed, sampling=sampling, sandbox=sandbox, batch_size=batch_size
+            )
             result = run_eval(
                 policy, built, ctx, model=model or DEFAULT_MODEL, backend=backend, on_suite=progress
             )

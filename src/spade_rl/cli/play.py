@@ -12,7 +12,7 @@ from rich.table import Table
 from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, read_env
 from spade_rl.envs import reference
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
-from spade_rl.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 from spade_rl.stats import summarise
 
 
@@ -63,17 +63,17 @@ def play(
         source, seed=seed, hint=hint_value, use_hint=hint, setting=setting, env_kwargs=env_kwargs
     )
     try:
-        with SandboxPool(SandboxConfig()) as pool:
+        with Sandbox(SandboxConfig()) as sandbox:
             if human:
-                _play_human(pool, spec, max_turns)
+                _play_human(sandbox, spec, max_turns)
             else:
-                _play_model(pool, spec, label, model, episodes, max_turns, max_new_tokens, temperature)
+                _play_model(sandbox, spec, label, model, episodes, max_turns, max_new_tokens, temperature)
     except SandboxUnavailable as exc:
         raise fail(str(exc)) from None
 
 
 def _play_model(
-    pool,
+    sandbox,
     spec: EpisodeSpec,
     label: str,
     model: str | None,
@@ -117,7 +117,7 @@ def _play_model(
         console.print(f"[bold cyan]turn {len(episode.turns)} - model[/]\n{turn.action}")
         console.print(f"[bold]observation[/] (reward {turn.reward:g})\n{turn.observation}")
 
-    results = run_episodes(policy, pool, specs, config, seed=spec.seed, on_turn=watch)
+    results = run_episodes(policy, sandbox, specs, config, seed=spec.seed, on_turn=watch)
     first = results[0]
     console.print(f"episode 1 ended: {first.stop_reason} {first.error}, return {first.return_:g}")
     table = Table(title=f"{label}: {episodes} episode(s) per arm")
@@ -139,7 +139,7 @@ class _Stopped(Exception):
     """The player ended the game at the prompt (end of input, or Ctrl-C)."""
 
 
-def _play_human(pool, spec: EpisodeSpec, max_turns: int) -> None:
+def _play_human(sandbox, spec: EpisodeSpec, max_turns: int) -> None:
     """The rollout's own episode (``rollout.play_episode``) with the actions typed at the terminal."""
 
     def act(episode) -> str:
@@ -156,7 +156,7 @@ def _play_human(pool, spec: EpisodeSpec, max_turns: int) -> None:
         console.print(f"{turn.observation}\n(reward {turn.reward:g})")
 
     try:
-        episode = play_episode(pool, spec, RolloutConfig(max_turns=max_turns), act, on_turn=show)
+        episode = play_episode(sandbox, spec, RolloutConfig(max_turns=max_turns), act, on_turn=show)
     except _Stopped:
         console.print("stopped")
         return

@@ -52,8 +52,9 @@ Answering the question must need at least two tool calls."""
 
 
 @dataclass(frozen=True)
-class MemoryExample:
-    """An environment from the archive shown to the designer, with how the agent fared on it."""
+class ShownExample:
+    """An environment from the archive as the designer's prompt shows it, with how the agent fared on it
+    (built from the archive's ``MemoryExample``, which holds the whole record)."""
 
     source: str
     hint: str
@@ -91,7 +92,7 @@ def _truncate_words(text: str, limit: int) -> str:
     return text.strip() if len(words) <= limit else " ".join(words[:limit]) + " [...]"
 
 
-def _example_block(example: MemoryExample, index: int, limit: int) -> str:
+def _example_block(example: ShownExample, index: int, limit: int) -> str:
     source = example.source if len(example.source) <= limit else example.source[:limit] + "\n# [...]"
     verdict = (
         "GOOD (at the agent's frontier: the hint helped)"
@@ -108,7 +109,7 @@ def _example_block(example: MemoryExample, index: int, limit: int) -> str:
 def designer_chat(
     document: str,
     skill: str,
-    examples: list[MemoryExample] | tuple[MemoryExample, ...] = (),
+    examples: list[ShownExample] | tuple[ShownExample, ...] = (),
     config: PromptConfig = PromptConfig(),
     title: str = "",
 ) -> list[dict]:
@@ -202,3 +203,17 @@ def question_designer_chat(
         "Draw every number with rng, so that each seed gives a new instance."
     )
     return [{"role": "system", "content": _QUESTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def __getattr__(name: str):
+    if name == "MemoryExample":  # its name before the glossary: the archive's MemoryExample is the other
+        import warnings
+
+        warnings.warn(
+            "spade_rl.design.prompts.MemoryExample is deprecated: it is called ShownExample now "
+            "(spade_rl.archive.MemoryExample is the archive's own)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return ShownExample
+    raise AttributeError(f"module 'spade_rl.design.prompts' has no attribute {name!r}")

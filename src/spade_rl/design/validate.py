@@ -63,7 +63,7 @@ from spade_rl.envs.contract import (
     check_step_value,
 )
 from spade_rl.envs.loader import find_env_classes
-from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool, Status
+from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, Status
 
 MALFORMED_ACTIONS = ("", "this is not a valid action %%% \\boxed{??}")
 REASONS = frozenset(
@@ -212,8 +212,8 @@ def static_checks(source: str, settings: ValidationSettings) -> tuple[str, bool]
 
 # --- the battery -----------------------------------------------------------------------------------
 class _Battery:
-    def __init__(self, pool: SandboxPool, source: str, hint: str, settings: ValidationSettings):
-        self.pool = pool
+    def __init__(self, sandbox: Sandbox, source: str, hint: str, settings: ValidationSettings):
+        self.sandbox = sandbox
         self.source = source
         self.hint = hint
         self.settings = settings
@@ -232,7 +232,7 @@ class _Battery:
             )
 
     def open(self, kwargs: dict, fresh_worker: bool = False, beside: EnvHandle | None = None) -> EnvHandle:
-        opened = self.pool.open(self.source, kwargs, self.settings.call_timeout_s, fresh_worker, beside)
+        opened = self.sandbox.open(self.source, kwargs, self.settings.call_timeout_s, fresh_worker, beside)
         handle = _value(opened, "open")
         self.handles.append(handle)
         return handle
@@ -416,10 +416,10 @@ class _Battery:
 
 
 def validate_source(
-    pool: SandboxPool, source: str, settings: ValidationSettings | None = None, hint: str = ""
+    sandbox: Sandbox, source: str, settings: ValidationSettings | None = None, hint: str = ""
 ) -> ValidationReport:
     """Run the battery on ``source`` (and ``hint``); never raises for anything the environment does."""
-    battery = _Battery(pool, source, hint, settings or ValidationSettings())
+    battery = _Battery(sandbox, source, hint, settings or ValidationSettings())
     try:
         battery.run()
     except _Failed as exc:

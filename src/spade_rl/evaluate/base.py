@@ -2,7 +2,7 @@
 
     from spade_rl.evaluate.base import EvalContext, get_suite
     suite = get_suite("reasoning_gym", tasks="basic_arithmetic,leg_counting")
-    result = suite.run(policy, EvalContext(limit=20, seed=0, sampling=GREEDY, pool=pool))
+    result = suite.run(policy, EvalContext(limit=20, seed=0, sampling=GREEDY, sandbox=sandbox))
     result.accuracy, result.ci, result.n          # 0.35, (0.18, 0.57), 20
 
 A suite turns a policy into a :class:`SuiteResult`: one :class:`ItemResult` per item (a question, a
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from spade_rl.policy import Chat, Policy, PolicyError, SamplingSettings
 
 if TYPE_CHECKING:
-    from spade_rl.sandbox import SandboxPool
+    from spade_rl.sandbox import Sandbox
 
 RESPONSE_CHARS = 2000  # responses are cut to this many characters in results
 GREEDY = SamplingSettings(max_new_tokens=512, temperature=0.0, logprobs=False)
@@ -170,7 +170,7 @@ class EvalContext:
     limit: int | None  # at most this many items per suite (per category where the suite has categories)
     seed: int  # every sampling/selection step seeded from it
     sampling: SamplingSettings  # default greedy: temperature 0, max_new_tokens 512
-    pool: SandboxPool  # the shared sandbox pool; suites run untrusted code here
+    sandbox: Sandbox  # the shared sandbox; suites run untrusted code here
     batch_size: int = 16  # chats per policy.generate call
     options: dict = field(default_factory=dict)  # per-suite options, options[suite_name] -> dict
 

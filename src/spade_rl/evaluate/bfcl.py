@@ -1,7 +1,7 @@
 """BFCL v4 (the Berkeley Function-Calling Leaderboard) offline, from the ``bfcl-eval`` wheel.
 
     suite = get_suite("bfcl", categories="simple_python,irrelevance,multi_turn_base")
-    result = suite.run(policy, EvalContext(limit=5, seed=0, sampling=GREEDY, pool=pool))
+    result = suite.run(policy, EvalContext(limit=5, seed=0, sampling=GREEDY, sandbox=sandbox))
     result.accuracy, result.metrics["accuracy/multi_turn_base"]
 
 Single-turn categories (``simple_python``, ``multiple``, ``parallel``, ``parallel_multiple`` and their
@@ -17,7 +17,7 @@ ground truth, turn by turn).
 
 The prompt is this project's tool-use convention (see ``_bfcl_data.py``); the answer is
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (``_bfcl_parse.py``). The checkers
-and the simulated APIs run in the sandbox pool (``_bfcl_ast_env.py``, ``_bfcl_multi_turn_env.py``):
+and the simulated APIs run in the sandbox (``_bfcl_ast_env.py``, ``_bfcl_multi_turn_env.py``):
 they compare and ``eval`` text that comes from the model. A conversation that would outgrow
 ``max_context_tokens`` (or the model's positions) stops and is scored incorrect (reason ``context``).
 
@@ -51,7 +51,7 @@ from spade_rl.evaluate._bfcl_parse import ParsedCalls, parse_tool_calls
 from spade_rl.evaluate._sandbox_jobs import Job, run_jobs, step_value
 from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip, generate_texts
 from spade_rl.policy import Policy
-from spade_rl.sandbox import SandboxConfig, SandboxPool
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,8 @@ class BFCLSuite(Suite):
         return f"bfcl-eval {importlib.metadata.version('bfcl-eval')}"
 
     def run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
-        with SandboxPool(checker_config(ctx.pool.config)) as pool:
-            return self._run(policy, replace(ctx, pool=pool))
+        with Sandbox(checker_config(ctx.sandbox.config)) as sandbox:
+            return self._run(policy, replace(ctx, sandbox=sandbox))
 
     def _run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
         started = time.monotonic()
@@ -154,7 +154,7 @@ class BFCLSuite(Suite):
         ]
         jobs = [Job(json.dumps(_ast_case(entries[i], parsed[i]))) for i in checks]
         verdicts = dict(
-            zip(checks, run_jobs(ctx.pool, AST_SOURCE, jobs, self.options["timeout_s"]), strict=True)
+            zip(checks, run_jobs(ctx.sandbox, AST_SOURCE, jobs, self.options["timeout_s"]), strict=True)
         )
         results = []
         for i, entry in enumerate(entries):
@@ -207,7 +207,7 @@ class BFCLSuite(Suite):
         verdicts = dict(
             zip(
                 map(id, done),
-                run_jobs(ctx.pool, MULTI_TURN_SOURCE, jobs, self.options["timeout_s"]),
+                run_jobs(ctx.sandbox, MULTI_TURN_SOURCE, jobs, self.options["timeout_s"]),
                 strict=True,
             )
         )
@@ -241,7 +241,7 @@ class BFCLSuite(Suite):
             for e, calls in calling
         ]
         for (episode, calls), result in zip(
-            calling, run_jobs(ctx.pool, MULTI_TURN_SOURCE, jobs, self.options["timeout_s"]), strict=True
+            calling, run_jobs(ctx.sandbox, MULTI_TURN_SOURCE, jobs, self.options["timeout_s"]), strict=True
         ):
             outputs = _execution_outputs(result, len(calls))
             if outputs is None:

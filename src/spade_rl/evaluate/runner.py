@@ -1,12 +1,13 @@
 """Run evaluation suites on a policy: the library call behind ``spade-rl eval`` and in-loop evaluation.
 
-    with SandboxPool(SandboxConfig()) as pool:
-        ctx = EvalContext(limit=20, seed=0, sampling=GREEDY, pool=pool, options={"envs": {"episodes": 4}})
+    with Sandbox(SandboxConfig()) as sandbox:
+        ctx = EvalContext(limit=20, seed=0, sampling=GREEDY, sandbox=sandbox,
+                          options={"envs": {"episodes": 4}})
         result = run_eval(policy, ["reasoning_gym", "envs"], ctx, model="smollm2-135m")
     result.write("eval.json")
     result.suites["envs"].accuracy
 
-The policy and the sandbox pool are the caller's (already loaded, kept open): the self-play loop
+The policy and the sandbox are the caller's (already loaded, kept open): the self-play loop
 evaluates its current weights this way. Every suite is built (and its options checked) before any
 runs, so a bad option fails at once rather than after an hour of generation.
 """

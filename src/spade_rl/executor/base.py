@@ -5,7 +5,7 @@
     episodes = run_episodes(policy, executor, specs, RolloutConfig())             # open_many/call_many
     executor.stats["timeouts"], executor.close()
 
-An executor offers what ``spade_rl.rollout`` uses of a ``SandboxPool`` (``open_many``, ``call_many``,
+An executor offers what ``spade_rl.rollout`` uses of a ``Sandbox`` (``open_many``, ``call_many``,
 ``close_env``, and handles with ``reset``/``step``/``solution``/``close``), plus ``validate_many``,
 which runs the validation battery on many sources at once wherever the executor runs code. Two
 implementations: ``LocalExecutor`` (one pool in this process tree) and ``RayExecutor`` (one pool per

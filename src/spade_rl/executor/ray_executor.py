@@ -8,7 +8,7 @@
     executor.close()
 
 The driver keeps the policy and the archive; only environment code runs on the actors, each in its
-own ``SandboxPool`` with every hardening layer, exactly as it would run locally.
+own ``Sandbox`` with every hardening layer, exactly as it would run locally.
 
 - **Validation** goes one source at a time to each free actor (the battery runs whole on one actor,
   which then takes the next source), so it scales with the number of actors. A judge, when

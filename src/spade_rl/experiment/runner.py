@@ -181,13 +181,17 @@ def _evaluate_start(config: RunConfig, experiment: Experiment):
     """The starting model evaluated on its own (when the arm that needs it has already trained)."""
     from spade_rl.loop.run import evaluate_policy
     from spade_rl.policy import make_policy
-    from spade_rl.sandbox import SandboxPool
+    from spade_rl.sandbox import Sandbox
 
     policy = make_policy(config.policy)
     try:
-        with SandboxPool(config.sandbox) as pool:
+        with Sandbox(config.sandbox) as sandbox:
             return evaluate_policy(
-                policy, pool, experiment.evaluation, _model_name(config) + " (start)", config.policy.backend
+                policy,
+                sandbox,
+                experiment.evaluation,
+                _model_name(config) + " (start)",
+                config.policy.backend,
             )
     finally:
         policy.close()

@@ -6,7 +6,7 @@ For each of ``n`` proposals: sample a corpus document, a skill and memory exampl
 (``memory = false`` shows no examples, ``grounding = false`` no document: the paper's ablations);
 ask the policy (one batched generation for all proposals) for an environment and, in the two-call
 mode, a hint (a second batched generation that reads the code); parse; run the validation battery
-in the sandbox, on all proposals at once through the executor (local or Ray; a ``SandboxPool`` is
+in the sandbox, on all proposals at once through the executor (local or Ray; a ``Sandbox`` is
 accepted too); and record every proposal, valid or not, in the archive with its reason and lineage.
 Each ``Design`` (``loop/stages.py``) keeps the prompt and the generation, which become designer
 training samples.
@@ -30,8 +30,8 @@ from spade_rl.design.prompts import (
     QUESTION_STOP,
     SETTINGS,
     TOOL_USE_SKILLS,
-    MemoryExample,
     PromptConfig,
+    ShownExample,
     designer_chat,
     hint_chat,
     question_designer_chat,
@@ -41,7 +41,7 @@ from spade_rl.envs import kits, reference
 from spade_rl.executor import Executor, as_executor
 from spade_rl.loop.stages import Design, Proposal
 from spade_rl.policy import Generation, Policy, SamplingSettings
-from spade_rl.sandbox import SandboxPool
+from spade_rl.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +116,12 @@ class DesignPhaseConfig:
 DesignOutcome = Design  # the name of earlier releases
 
 
-def _memory_examples(sample: MemorySample) -> list[MemoryExample]:
+def _memory_examples(sample: MemorySample) -> list[ShownExample]:
     examples = []
     for example in sample.examples:
         stats = example.stats
         examples.append(
-            MemoryExample(
+            ShownExample(
                 source=example.record.source,
                 hint=example.record.hint,
                 skill=example.record.skill,
@@ -161,7 +161,7 @@ def generate_with_prefix(
 
 def seed_reference_environments(
     archive: Archive,
-    executor: Executor | SandboxPool,
+    executor: Executor | Sandbox,
     settings: ValidationSettings,
     names: tuple[str, ...] | None = None,
     env_kwargs: dict[str, dict] | None = None,
@@ -217,7 +217,7 @@ def design_environments(
     policy: Policy,
     corpus: Corpus,
     archive: Archive,
-    executor: Executor | SandboxPool,
+    executor: Executor | Sandbox,
     config: DesignPhaseConfig,
     rng: random.Random,
     iteration: int,

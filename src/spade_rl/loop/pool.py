@@ -40,7 +40,7 @@ from spade_rl.archive.jsonl import read_valid_envs
 from spade_rl.design.validate import ValidationSettings
 from spade_rl.executor import Executor, as_executor
 from spade_rl.loop.designing import seed_reference_environments
-from spade_rl.sandbox import SandboxPool
+from spade_rl.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def jsonl_entries(path: str | Path) -> list[PoolEntry]:
 
 def add_entries(
     archive: Archive,
-    executor: Executor | SandboxPool,
+    executor: Executor | Sandbox,
     entries: Sequence[PoolEntry],
     settings: ValidationSettings,
 ) -> int:
@@ -282,7 +282,7 @@ def add_entries(
 
 def seed_pool(
     archive: Archive,
-    executor: Executor | SandboxPool,
+    executor: Executor | Sandbox,
     config,  # spade_rl.loop.config.PoolConfig (not imported: the config module imports this one)
     settings: ValidationSettings,
 ) -> int:

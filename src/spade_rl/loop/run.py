@@ -56,7 +56,7 @@ from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.rewards import centred_advantages, designer_reward, invalid_design_reward, zscore_advantages
 from spade_rl.rollout import EpisodeSpec, run_episodes
-from spade_rl.sandbox import SandboxPool
+from spade_rl.sandbox import Sandbox
 from spade_rl.stats import play_stats
 from spade_rl.train import sample_from_episode, sample_from_generation
 
@@ -87,7 +87,7 @@ class SelfPlay:
             self.files.write_warmup(warmup)
         # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
         self.designer_policy = self._make_designer(designer_policy)
-        self._eval_pool_owned: SandboxPool | None = None
+        self._eval_sandbox_owned: Sandbox | None = None
         # In process, through vLLM servers kept in step, or not at all (inference-only): loop/updating.py.
         from spade_rl.loop.updating import make_updater  # torch and trl load here
 
@@ -109,8 +109,8 @@ class SelfPlay:
 
     def close(self) -> None:
         self.executor.close()
-        if self._eval_pool_owned is not None:
-            self._eval_pool_owned.close()
+        if self._eval_sandbox_owned is not None:
+            self._eval_sandbox_owned.close()
         self.archive.close()
         self.updater.close()
 
@@ -274,7 +274,7 @@ class SelfPlay:
         """Evaluate the policy as it is now (greedy, ``config.max_new_tokens``) on ``config``'s suites,
         in the run's sandbox; returns the :class:`~spade_rl.evaluate.results.EvalResult`."""
         model = model or (self.config.policy.model or "smollm2-135m")
-        return evaluate_policy(self.policy, self._eval_pool(), config, model, self.config.policy.backend)
+        return evaluate_policy(self.policy, self._eval_sandbox(), config, model, self.config.policy.backend)
 
     def _evaluate_iteration(self, i: int) -> dict:
         """The in-loop evaluation after iteration ``i``: ``eval/iter-NNNN.json`` and its metrics."""
@@ -284,15 +284,15 @@ class SelfPlay:
         result.write(self.files.eval_path(i))
         return {**eval_metrics(result), "time/eval_s": time.perf_counter() - started}
 
-    def _eval_pool(self) -> SandboxPool:
-        """The sandbox pool of evaluations: the local executor's own, else (Ray) one started here."""
-        pool = getattr(self.executor, "pool", None)
-        if isinstance(pool, SandboxPool):
-            return pool
-        if self._eval_pool_owned is None:
-            self._eval_pool_owned = SandboxPool(self.config.sandbox)
-            self._eval_pool_owned.start()
-        return self._eval_pool_owned
+    def _eval_sandbox(self) -> Sandbox:
+        """The sandbox of evaluations: the local executor's own, else (Ray) one started here."""
+        sandbox = getattr(self.executor, "sandbox", None)
+        if isinstance(sandbox, Sandbox):
+            return sandbox
+        if self._eval_sandbox_owned is None:
+            self._eval_sandbox_owned = Sandbox(self.config.sandbox)
+            self._eval_sandbox_owned.start()
+        return self._eval_sandbox_owned
 
     def _make_designer(self, given: Policy | None) -> Policy | None:
         """Who writes the designs when it is not ``self.policy``: ``given`` (any source that designs;
@@ -338,8 +338,8 @@ class SelfPlay:
         )
 
 
-def evaluate_policy(policy: Policy, pool: SandboxPool, config: EvalConfig, model: str, backend: str):
-    """``config``'s suites on ``policy`` (greedy, ``config.max_new_tokens``), untrusted code in ``pool``:
+def evaluate_policy(policy: Policy, sandbox: Sandbox, config: EvalConfig, model: str, backend: str):
+    """``config``'s suites on ``policy`` (greedy, ``config.max_new_tokens``), untrusted code in ``sandbox``:
     the evaluation of the loop and of ``spade-rl experiment``. Returns an ``EvalResult``."""
     from spade_rl.evaluate import GREEDY, EvalContext
     from spade_rl.evaluate.runner import run_eval
@@ -348,7 +348,7 @@ def evaluate_policy(policy: Policy, pool: SandboxPool, config: EvalConfig, model
         limit=config.limit,
         seed=config.seed,
         sampling=dataclasses.replace(GREEDY, max_new_tokens=config.max_new_tokens),
-        pool=pool,
+        sandbox=sandbox,
         batch_size=config.batch_size,
         options={name: dict(options) for name, options in config.options.items()},
     )

@@ -45,17 +45,35 @@ closed): see ``spade-rl doctor``.
 
 from spade_rl.sandbox.config import LAYER_MODES, LAYERS, SandboxConfig
 from spade_rl.sandbox.handle import EnvHandle
-from spade_rl.sandbox.pool import SandboxPool
-from spade_rl.sandbox.results import CallResult, PoolExhausted, SandboxUnavailable, Status
+from spade_rl.sandbox.pool import Sandbox
+from spade_rl.sandbox.results import CallResult, SandboxFull, SandboxUnavailable, Status
 
 __all__ = [
     "LAYERS",
     "LAYER_MODES",
     "CallResult",
     "EnvHandle",
-    "PoolExhausted",
+    "Sandbox",
     "SandboxConfig",
-    "SandboxPool",
+    "SandboxFull",
     "SandboxUnavailable",
     "Status",
 ]
+
+# Names of earlier releases ("pool" now means only the training pool of environments; README, glossary).
+_RENAMED = {"SandboxPool": "Sandbox", "PoolExhausted": "SandboxFull"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(
+            f"spade_rl.sandbox.{name} is deprecated: it is called {new} now (the old name works until the "
+            "next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module 'spade_rl.sandbox' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """What isolation this machine offers, and a live self-check of the sandbox.
 
 ``layer_table`` says, for each layer, whether the machine has it, whether a real worker applied it,
-and the configured mode. ``self_check`` starts a pool with the given configuration and runs a few
+and the configured mode. ``self_check`` starts a sandbox with the given configuration and runs a few
 hostile environments (``PROBES``) through it: each must be stopped, and the host must see no effect.
 Used by ``spade-rl doctor``.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from spade_rl.sandbox import landlock, seccomp_filter
 from spade_rl.sandbox.config import LAYERS, SandboxConfig
 from spade_rl.sandbox.launch import bwrap_command, unreachable_interpreter
-from spade_rl.sandbox.pool import SandboxPool
+from spade_rl.sandbox.pool import Sandbox
 from spade_rl.sandbox.results import SandboxUnavailable, Status
 
 
@@ -58,7 +58,7 @@ def _available() -> dict[str, tuple[bool, str]]:
 
 
 def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
-    """One row per layer, plus an error text when the configured pool would refuse to start."""
+    """One row per layer, plus an error text when the configured sandbox would refuse to start."""
     available = _available()
     # Ask a real worker what it applied, with every layer "optional" so that it always answers.
     probe_config = replace(
@@ -68,10 +68,10 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
     )
     active: dict[str, tuple[bool, str]] = {}
     try:
-        with SandboxPool(probe_config) as pool:
-            for report in pool.layer_reports():
+        with Sandbox(probe_config) as sandbox:
+            for report in sandbox.layer_reports():
                 active[report["name"]] = (report["active"] or report["not_needed"], report["detail"])
-            if pool._bwrap:
+            if sandbox._bwrap:
                 active["bwrap"] = (True, "workers start inside bwrap")
     except SandboxUnavailable as exc:
         return [], str(exc)
@@ -139,7 +139,7 @@ class ProbeResult:
 
 
 def self_check(config: SandboxConfig, timeout_s: float = 2.0) -> list[ProbeResult]:
-    """Run every probe through a pool; raises ``SandboxUnavailable`` if the pool refuses to start."""
+    """Run every probe through a sandbox; raises ``SandboxUnavailable`` if the sandbox refuses to start."""
     results = []
     with tempfile.TemporaryDirectory(prefix="spade-doctor-") as scratch:
         os.chmod(scratch, 0o777)  # so that only the sandbox, not file permissions, stops the write
@@ -151,12 +151,12 @@ def self_check(config: SandboxConfig, timeout_s: float = 2.0) -> list[ProbeResul
             load_timeout_s=timeout_s,
             preload=(*config.preload, *PROBE_MODULES),
         )
-        with SandboxPool(probe_config) as pool:
+        with Sandbox(probe_config) as sandbox:
             for name, body in PROBES.items():
                 target = os.path.join(scratch, name.replace(" ", "_"))
                 source = _PROBE_TEMPLATE.format(body=textwrap.indent(body.format(path=target), " " * 12))
                 started = time.perf_counter()
-                opened = pool.open(source)
+                opened = sandbox.open(source)
                 observation = ""
                 if opened.ok:
                     first = opened.value.reset(0)

@@ -3,7 +3,7 @@
 A worker runs hostile code, so its answer is data to check, not to trust: ``judge`` lets out only the
 pool's own reason codes and bounded text, ``read_failure`` turns a failed read into a result.
 Whatever means the worker must be killed comes back as a ``Failure``, which the pool applies
-(``SandboxPool._fail``: kill the process group, count it, answer the call with its status).
+(``Sandbox._fail``: kill the process group, count it, answer the call with its status).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``EnvHandle``: the caller's side of one environment instance living in a worker of a ``SandboxPool``."""
+"""``EnvHandle``: the caller's side of one environment instance living in a worker of a ``Sandbox``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 from spade_rl.sandbox.results import CallResult
 
 if TYPE_CHECKING:
-    from spade_rl.sandbox.pool import SandboxPool
+    from spade_rl.sandbox.pool import Sandbox
     from spade_rl.sandbox.worker_process import Worker
 
 
 class EnvHandle:
-    """One environment instance (one episode at a time) living in a worker of the pool."""
+    """One environment instance (one episode at a time) living in a worker of the sandbox."""
 
-    def __init__(self, pool: SandboxPool, worker: Worker, instance: int, class_name: str):
-        self._pool = pool
+    def __init__(self, sandbox: Sandbox, worker: Worker, instance: int, class_name: str):
+        self._pool = sandbox
         self._worker = worker
         self.instance = instance
         self.class_name = class_name

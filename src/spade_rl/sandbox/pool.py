@@ -1,9 +1,9 @@
-"""A pool of persistent, hardened worker processes that run environment code.
+"""The sandbox: persistent, hardened worker processes that run environment code.
 
 Usage::
 
-    with SandboxPool(SandboxConfig()) as pool:
-        opened = pool.open(source, kwargs={"max_turns": 10})
+    with Sandbox(SandboxConfig()) as sandbox:
+        opened = sandbox.open(source, kwargs={"max_turns": 10})
         if opened.ok:
             env = opened.value                      # an EnvHandle
             first = env.reset(seed=0)               # CallResult; first.value == [obs, info]
@@ -22,7 +22,7 @@ This module places episodes on workers and runs the exchange; how a worker is la
 ``spade_rl.sandbox.launch``, its process in ``spade_rl.sandbox.worker_process``, the checks of its
 answers in ``spade_rl.sandbox.exchange``, the results in ``spade_rl.sandbox.results``.
 
-The pool is not thread-safe by design beyond a lock that serialises its public methods.
+The sandbox is not thread-safe by design beyond a lock that serialises its public methods.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from spade_rl.sandbox.config import SandboxConfig
 from spade_rl.sandbox.exchange import Failure, idle_failure, judge, read_failure, send
 from spade_rl.sandbox.handle import EnvHandle
 from spade_rl.sandbox.launch import bwrap_prefix
-from spade_rl.sandbox.results import CLOSED, CallResult, PoolExhausted, SandboxUnavailable, Status, with_phase
+from spade_rl.sandbox.results import CLOSED, CallResult, SandboxFull, SandboxUnavailable, Status, with_phase
 from spade_rl.sandbox.worker_process import Worker, await_ready, kill, lost, spawn
 
 
-class SandboxPool:
+class Sandbox:
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
         self._workers: list[Worker] = []
@@ -58,11 +58,11 @@ class SandboxPool:
         self._bwrap = bwrap_prefix(self.config)
         self._spin_s = self.config.spin_us / 1e6
         self._unreachable: list[str] | None = None  # found when an import first fails (see _explain_import)
-        finalizer = weakref.finalize(self, SandboxPool._kill_all, self._workers)
+        finalizer = weakref.finalize(self, Sandbox._kill_all, self._workers)
         atexit.register(finalizer)
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> Sandbox:
         self.start()
         return self
 
@@ -119,7 +119,7 @@ class SandboxPool:
         ``beside`` every request gets that open handle's worker."""
         with self._lock:
             if self._closed:
-                raise RuntimeError("the sandbox pool is closed")
+                raise RuntimeError("the sandbox is closed")
             timeout = timeout_s or self.config.load_timeout_s
             placed: list[Worker] = []
             if beside is not None:  # the worker of an open handle, bound to the same source
@@ -265,7 +265,7 @@ class SandboxPool:
             return self._claim(self._spawn(), digest)
         if best is not None:
             return self._claim(best, digest)
-        raise PoolExhausted(
+        raise SandboxFull(
             f"all {self.config.max_workers} workers (sandbox max_workers) hold open episodes of other "
             "environments; close episodes or raise max_workers"
         )

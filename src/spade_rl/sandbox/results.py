@@ -2,7 +2,7 @@
 
 Nothing an environment does raises in the caller: every outcome of a call is one of these results.
 The two exceptions here are for the pool's own user: a required isolation layer missing
-(``SandboxUnavailable``) and no worker left to place an episode on (``PoolExhausted``).
+(``SandboxUnavailable``) and no worker left to place an episode on (``SandboxFull``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class SandboxUnavailable(RuntimeError):
     """A required isolation layer is missing: the pool refuses to run generated code."""
 
 
-class PoolExhausted(RuntimeError):
+class SandboxFull(RuntimeError):
     """Every allowed worker is busy with episodes of other environments."""
 
 

@@ -1,0 +1,23 @@
+"""Fixtures shared by every test folder (tests mirror ``src/spade_rl``; each folder's own conftest adds
+what only its tests need). Plain helpers that tests import live beside this file: ``fixture_envs.py``
+(small environments, scripted designer outputs, the two roles of a test run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spade_rl.policy import default_tokenizer
+from spade_rl.sandbox import Sandbox, SandboxConfig
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The default model's tokenizer, as the package ships it (no model weights, no network)."""
+    return default_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """A started sandbox of two workers with the default hardening, shared by one test module."""
+    with Sandbox(SandboxConfig(pool_size=2)) as started:
+        yield started
