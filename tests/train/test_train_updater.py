@@ -4,6 +4,8 @@ instead of generated, checkpoints, the output head, KL, LoRA, micro-batches, act
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import random
 import sys
 from pathlib import Path
@@ -184,6 +186,63 @@ def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path)
     (norm_s, model_s), (norm_r, model_r) = results["sampling"], results["recompute"]
     assert norm_s == pytest.approx(norm_r, rel=1e-5)
     assert relative_difference(model_s, model_r, before) < 1e-3
+
+
+def test_truncated_importance_sampling_weighs_each_token_by_the_capped_ratio_to_the_sampler(
+    tokenizer, tmp_path
+):
+    """tis_cap with recomputed old log-probs: every token's loss times min(pi_old / pi_sampler, cap). With
+    the sampler's own log-probs the weight is 1 (the plain update); a sampler whose log-probs are all 0.5
+    higher gives exp(-0.5) everywhere, one 2 lower exp(2) capped at 2: the gradient scales by exactly that."""
+    norms = {}
+    for name, shift, cap in (
+        ("plain", 0.0, None),
+        ("same", 0.0, 2.0),
+        ("higher", 0.5, 2.0),
+        ("lower", -2.0, 2.0),
+    ):
+        model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+        policy = TransformersPolicy(model, tokenizer)
+        chats = [[{"role": "user", "content": f"Play game {i}."}] for i in range(2)]
+        generations = policy.generate(
+            chats, SamplingSettings(max_new_tokens=12, temperature=0.6, seed=3, n=G)
+        )
+        samples = []
+        for group, role in enumerate(("designer", "agent")):
+            block = generations[group * G : group * G + G]
+            advantages = zscore_advantages([float(i % 2) + 0.1 * i for i in range(G)]).advantages
+            for g, a in zip(block, advantages, strict=True):
+                sample = sample_from_generation(g, a, group, role)
+                shifted = tuple(lp + shift for lp in sample.logprobs)
+                samples.append(dataclasses.replace(sample, logprobs=shifted))
+        config = TrainConfig(
+            learning_rate=1e-3,
+            group_size=G,
+            per_device_train_batch_size=8,
+            old_logprobs="recompute",
+            tis_cap=cap,
+            output_dir=str(tmp_path / name),
+        )
+        norms[name] = GRPOUpdater.for_policy(policy, config).update(samples)["train/grad_norm"]
+    assert norms["same"] == pytest.approx(norms["plain"], rel=1e-4)
+    assert norms["higher"] == pytest.approx(norms["plain"] * math.exp(-0.5), rel=1e-4)
+    assert norms["lower"] == pytest.approx(norms["plain"] * 2.0, rel=1e-4)
+
+
+def test_truncated_importance_sampling_needs_recomputed_old_logprobs():
+    with pytest.raises(ValueError, match=r"tis_cap .* needs old_logprobs = 'recompute'"):
+        TrainConfig(tis_cap=2.0)
+    with pytest.raises(ValueError, match=r"tis_cap"):
+        TrainConfig(tis_cap=0.5, old_logprobs="recompute")
+    assert TrainConfig(tis_cap=2.0, old_logprobs="recompute").tis_cap == 2.0
+
+
+def test_adam_betas_reach_the_optimiser(make_updater):
+    updater = make_updater(adam_beta1=0.9, adam_beta2=0.98, weight_decay=0.1)
+    updater.update(make_samples())
+    [group, *_] = updater.trainer.optimizer.param_groups
+    assert group["betas"] == (0.9, 0.98)
+    assert any(g["weight_decay"] == 0.1 for g in updater.trainer.optimizer.param_groups)
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ class TrainConfig:
     warmup_steps: int = 0
     max_steps: int = 100_000  # the length of a decaying learning-rate schedule, in updates
     weight_decay: float = 0.0
+    adam_beta1: float = 0.9  # AdamW's moment decays (transformers' defaults; the reference: 0.9, 0.98)
+    adam_beta2: float = 0.999
     max_grad_norm: float = 1.0  # 0 turns clipping off
     # GRPO loss
     loss_type: str = "dapo"  # TRL's default: tokens normalised over the whole batch, so filler rows weigh 0
@@ -40,8 +42,13 @@ class TrainConfig:
     beta: float = 0.0  # KL coefficient against the model as it was when the updater was built
     temperature: float = 0.6  # the sampling temperature of the samples
     old_logprobs: str = "sampling"  # sampling: ratio against the sampler's log-probs; recompute: on-policy
+    # Truncated importance sampling (with old_logprobs = "recompute", as the reference trains: slime's
+    # --use-tis): each token's loss weighted by min(pi_old / pi_sampler, tis_cap), detached, so that a
+    # sampler that differs from the trainer (vLLM in bf16, stale weights) does not bias the gradient.
+    # None: off. With old_logprobs = "sampling" the ratio is already taken against the sampler.
+    tis_cap: float | None = None
     # batch geometry
-    group_size: int = 8  # G: samples per GRPO group (TRL's group_size): rows per group block
+    group_size: int = 8  # G: samples per GRPO group (TRL's num_generations): rows per group block
     per_device_train_batch_size: int = 8  # rows per forward/backward pass
     gradient_accumulation_steps: int = 1  # passes per optimiser step
     max_completion_length: int = 4096  # longer completions keep their first tokens
@@ -79,6 +86,16 @@ class TrainConfig:
         _choice("report_to", self.report_to, REPORT_TO)
         _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
         _number("weight_decay", self.weight_decay, low=0.0)
+        _number("adam_beta1", self.adam_beta1, low=0.0, high=1.0, high_open=True)
+        _number("adam_beta2", self.adam_beta2, low=0.0, high=1.0, high_open=True)
+        if self.tis_cap is not None:
+            _number("tis_cap", self.tis_cap, low=1.0)
+            if self.old_logprobs != "recompute":
+                raise ValueError(
+                    "train tis_cap corrects the trainer's recomputed old log-probs for the sampler's: it "
+                    f"needs old_logprobs = 'recompute' (got {self.old_logprobs!r}, where the ratio is "
+                    "already taken against the sampler)"
+                )
         _number("max_grad_norm", self.max_grad_norm, low=0.0)
         _number("epsilon_low", self.epsilon_low, low=0.0, high=1.0, low_open=True, high_open=True)
         _number("epsilon_high", self.epsilon_high, low=0.0, low_open=True)

@@ -102,6 +102,7 @@ class SampleServingGRPOTrainer(GRPOTrainer):
     buffers length-sorted micro-batches and computes the loss of :mod:`spade_rl.train.loss`."""
 
     use_sampling_logprobs: bool = True
+    tis_cap: float | None = None  # TrainConfig.tis_cap: truncated importance sampling against the sampler
     last_advantages: torch.Tensor | None = None  # this process's rows, in batch order (before the shuffle)
     # Micro-batches wider than this are computed with activation checkpointing (0: as configured for all).
     checkpoint_longer_than: int = 0
@@ -184,7 +185,14 @@ class SampleServingGRPOTrainer(GRPOTrainer):
             epsilon_high=self.epsilon_high,
             beta=self.beta,
             max_completion_length=self.max_completion_length,
+            tis_cap=self.tis_cap,
         )
+        sampling_logps = inputs.get("sampling_per_token_logps") if self.tis_cap is not None else None
+        if self.tis_cap is not None and sampling_logps is None:
+            raise ValueError(
+                "train.tis_cap needs the sampler's log-probs, and these samples have none "
+                "(a backend that returns no log-probs): set train.tis_cap = none"
+            )
         out = grpo_loss(
             logps,
             old_logps,
@@ -192,6 +200,7 @@ class SampleServingGRPOTrainer(GRPOTrainer):
             mask,
             settings,
             ref_logps=inputs.get("ref_per_token_logps"),
+            sampling_logps=sampling_logps,
             batch_tokens=batch_tokens,
             micro_batches=micro_batches,
         )
@@ -235,6 +244,7 @@ def build_trainer(
     rollout_func: Callable,
     peft_config: Any = None,
     use_sampling_logprobs: bool = True,
+    tis_cap: float | None = None,
 ) -> SampleServingGRPOTrainer:
     """The trainer around ``model`` (TRL's ``GRPOConfig`` ``args``), without the callbacks that print."""
     from datasets import Dataset
@@ -251,6 +261,7 @@ def build_trainer(
             peft_config=peft_config,
         )
     trainer.use_sampling_logprobs = use_sampling_logprobs
+    trainer.tis_cap = tis_cap
     for callback in (PrinterCallback, ProgressCallback):  # library code does not print
         trainer.remove_callback(callback)
     return trainer

@@ -296,6 +296,7 @@ class GRPOUpdater:
             rollout_func=self._serve,
             peft_config=self._peft_config(),
             use_sampling_logprobs=cfg.old_logprobs == "sampling",
+            tis_cap=cfg.tis_cap,
         )
         if reference is not None:
             engine.attach_reference(trainer, reference, cfg.beta)
@@ -316,6 +317,8 @@ class GRPOUpdater:
             warmup_steps=cfg.warmup_steps,
             max_steps=cfg.max_steps,
             weight_decay=cfg.weight_decay,
+            adam_beta1=cfg.adam_beta1,
+            adam_beta2=cfg.adam_beta2,
             max_grad_norm=cfg.max_grad_norm,
             loss_type=cfg.loss_type,
             epsilon=cfg.epsilon_low,

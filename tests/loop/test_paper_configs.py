@@ -1,0 +1,80 @@
+"""The paper configurations hold the reference implementation's values: one table, each row naming the
+file of spade-rl/spade that the value comes from (read there; SPADE.md, "The reference recipe in numbers")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spade_rl.loop.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+GAMES = "cmd/games/train_spade_4b.sh"
+TOOLS = "cmd/tool_use/_train_spade_blend.sh"
+SLIME = "slime's argument defaults (--tis-clip 2.0)"
+REWARDS = "spare/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
+
+# (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
+REFERENCE = [
+    ("loop.iterations", 400, 400, GAMES, TOOLS),
+    ("loop.designs_per_iteration", 24, 24, GAMES, TOOLS),
+    ("loop.envs_per_iteration", 24, 24, GAMES, TOOLS),
+    ("loop.plays_per_env", 16, 16, GAMES, TOOLS),
+    ("loop.regenerate_every", 4, 8, GAMES, TOOLS),
+    ("design.setting", "games", "tool_use", GAMES, TOOLS),
+    ("design.hint_mode", "separate", "separate", GAMES, TOOLS),
+    ("design.max_new_tokens", 16384, 16384, GAMES, TOOLS),
+    ("design.hint_max_new_tokens", 4096, 2048, GAMES, TOOLS),
+    ("design.temperature", 0.6, 0.6, GAMES, TOOLS),
+    ("rollout.max_turns", 25, 25, GAMES, TOOLS),
+    ("rollout.max_new_tokens", 8192, 8192, GAMES, TOOLS),
+    ("rollout.max_context_tokens", 32768, 32768, GAMES, TOOLS),
+    ("rollout.temperature", 0.6, 0.6, GAMES, TOOLS),
+    ("rewards.mode", "blend", "blend", GAMES, TOOLS),
+    ("rewards.w_plateau", 0.6, 0.6, GAMES, TOOLS),
+    ("rewards.w_regret", 0.4, 0.4, GAMES, TOOLS),
+    ("rewards.regret_scale", 0.15, 0.15, GAMES, TOOLS),
+    ("rewards.plateau_low", 0.4, 0.4, GAMES, TOOLS),
+    ("rewards.plateau_high", 0.6, 0.6, GAMES, TOOLS),
+    ("rewards.plateau_ramp", 0.25, 0.25, GAMES, TOOLS),
+    ("rewards.timeout_penalty", -0.5, -0.5, REWARDS, REWARDS),
+    ("train.learning_rate", 1e-6, 1e-6, GAMES, TOOLS),
+    ("train.lr_scheduler_type", "constant", "constant", GAMES, TOOLS),
+    ("train.weight_decay", 0.1, 0.1, GAMES, TOOLS),
+    ("train.adam_beta1", 0.9, 0.9, GAMES, TOOLS),
+    ("train.adam_beta2", 0.98, 0.98, GAMES, TOOLS),
+    ("train.epsilon_low", 0.2, 0.2, GAMES, TOOLS),
+    ("train.epsilon_high", 0.28, 0.28, GAMES, TOOLS),
+    ("train.beta", 0.0, 0.005, GAMES, TOOLS),
+    ("train.old_logprobs", "recompute", "recompute", GAMES, TOOLS),
+    ("train.tis_cap", 2.0, 2.0, SLIME, SLIME),
+    ("warmup.designs", 0, 0, GAMES, TOOLS),
+]
+
+
+def value(config, dotted: str):
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return {
+        "games": load_config(CONFIGS / "spade-paper-games.toml", processes=1),
+        "tool_use": load_config(CONFIGS / "spade-paper-tool-use.toml", processes=1),
+    }
+
+
+@pytest.mark.parametrize(("key", "games", "tool_use", "games_file", "tool_use_file"), REFERENCE)
+def test_the_paper_configurations_hold_the_reference_values(
+    paper, key, games, tool_use, games_file, tool_use_file
+):
+    assert value(paper["games"], key) == games, f"{key}: the reference's {games!r} ({games_file})"
+    assert value(paper["tool_use"], key) == tool_use, f"{key}: the reference's {tool_use!r} ({tool_use_file})"
+
+
+def test_the_gpu_experiment_runs_on_the_paper_configuration():
+    text = (CONFIGS.parent / "experiments" / "qwen3-gpu.toml").read_text()
+    assert 'base = "../configs/spade-paper-games.toml"' in text
