@@ -194,16 +194,31 @@ def cut_at_stop(text: str, stop: Sequence[str], include: bool) -> tuple[str, boo
 
 
 def render_messages(
-    tokenizer: PreTrainedTokenizerBase, messages: Chat, *, add_generation_prompt: bool = True
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Chat,
+    *,
+    add_generation_prompt: bool = True,
+    thinking: bool | None = None,
 ) -> tuple[str, list[int]]:
-    """The chat template's text for ``messages`` and its token ids (special tokens come from the template)."""
-    if getattr(tokenizer, "chat_template", None) is None:
+    """The chat template's text for ``messages`` and its token ids (special tokens come from the template).
+
+    ``thinking`` True/False is passed to the template as ``enable_thinking`` (``None``: not passed, the
+    template's default); a template that does not read that variable is refused (see ``policy.thinking``).
+    """
+    name = getattr(tokenizer, "name_or_path", "?")
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
         raise PolicyError(
-            f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; use an instruct "
+            f"tokenizer {name!r} has no chat template; use an instruct "
             "model, or give the tokenizer one (tokenizer.chat_template = ...)"
         )
+    switch: dict[str, bool] = {}
+    if thinking is not None:
+        if "enable_thinking" not in (template if isinstance(template, str) else str(template)):
+            raise PolicyError(f"the chat template of {name!r} has no thinking switch (enable_thinking)")
+        switch["enable_thinking"] = thinking
     text = tokenizer.apply_chat_template(
-        [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
+        [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False, **switch
     )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return text, list(ids)
@@ -235,12 +250,15 @@ class Policy:
         """The tokenizer whose chat template renders prompts, or ``None`` where the backend has none."""
         return None
 
-    def generate(self, chats: Sequence[Chat], settings: SamplingSettings) -> list[Generation]:
-        """One :class:`Generation` per chat and sample: chat-major, ``len(chats) * settings.n`` in all."""
+    def generate(
+        self, chats: Sequence[Chat], settings: SamplingSettings, *, thinking: bool | None = None
+    ) -> list[Generation]:
+        """One :class:`Generation` per chat and sample: chat-major, ``len(chats) * settings.n`` in all.
+        ``thinking``: the template's ``enable_thinking`` (``None``: its default; see ``policy.thinking``)."""
         checked = check_chats(chats)
         if not self.supports_token_prompts:
             raise NotImplementedError(f"{type(self).__name__} must implement generate() or generate_tokens()")
-        rendered = [self._render(chat, add_generation_prompt=True) for chat in checked]
+        rendered = [self._render(chat, add_generation_prompt=True, thinking=thinking) for chat in checked]
         generations = self.generate_tokens([ids for _, ids in rendered], settings)
         return [replace(g, prompt_text=rendered[i // settings.n][0]) for i, g in enumerate(generations)]
 
@@ -253,12 +271,21 @@ class Policy:
             "or a backend with supports_token_prompts (transformers, vllm)"
         )
 
-    def render(self, messages: Chat, *, add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of ``messages`` under the chat template (with the assistant header when asked)."""
-        return self._render(check_chats([messages])[0], add_generation_prompt=add_generation_prompt)[1]
+    def render(
+        self, messages: Chat, *, add_generation_prompt: bool = True, thinking: bool | None = None
+    ) -> list[int]:
+        """Token ids of ``messages`` under the chat template (with the assistant header when asked);
+        ``thinking`` as in :meth:`generate`."""
+        checked = check_chats([messages])[0]
+        return self._render(checked, add_generation_prompt=add_generation_prompt, thinking=thinking)[1]
 
     def render_suffix(
-        self, previous: Chat, messages: Chat, *, add_generation_prompt: bool = True
+        self,
+        previous: Chat,
+        messages: Chat,
+        *,
+        add_generation_prompt: bool = True,
+        thinking: bool | None = None,
     ) -> list[int]:
         """The tokens the template adds after ``previous`` (rendered without a generation prompt) when the
         chat grows to ``messages``: what the rollout layer appends after a turn. ``previous`` must be a prefix
@@ -268,8 +295,8 @@ class Policy:
         before, after = check_chats([previous, messages])
         if after[: len(before)] != before:
             raise ValueError("render_suffix: previous must be the first messages of messages")
-        head = self._render(before, add_generation_prompt=False)[1]
-        full = self._render(after, add_generation_prompt=add_generation_prompt)[1]
+        head = self._render(before, add_generation_prompt=False, thinking=thinking)[1]
+        full = self._render(after, add_generation_prompt=add_generation_prompt, thinking=thinking)[1]
         if full[: len(head)] != head:
             raise PolicyError(
                 "this chat template does not render a conversation as a prefix of its continuation; "
@@ -278,12 +305,14 @@ class Policy:
         return full[len(head) :]
 
     def _render(
-        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool
+        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool, thinking: bool | None = None
     ) -> tuple[str, list[int]]:
         tokenizer = self.tokenizer
         if tokenizer is None:
             raise PolicyError(f"{type(self).__name__} has no tokenizer to render chats with; configure one")
-        return render_messages(tokenizer, messages, add_generation_prompt=add_generation_prompt)
+        return render_messages(
+            tokenizer, messages, add_generation_prompt=add_generation_prompt, thinking=thinking
+        )
 
     def close(self) -> None:
         """Release what the backend holds (engines, connections). Idempotent."""

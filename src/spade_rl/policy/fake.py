@@ -59,12 +59,14 @@ class FakePolicy(Policy):
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
         return self._tokenizer
 
-    def generate(self, chats: Sequence[Chat], settings: SamplingSettings) -> list[Generation]:
+    def generate(
+        self, chats: Sequence[Chat], settings: SamplingSettings, *, thinking: bool | None = None
+    ) -> list[Generation]:
         checked = check_chats(chats)
         self.calls.append((checked, settings))
         out = []
         for chat in checked:
-            prompt_text, prompt_ids = self._render(chat, add_generation_prompt=True)
+            prompt_text, prompt_ids = self._render(chat, add_generation_prompt=True, thinking=thinking)
             for _ in range(settings.n):
                 out.append(self._answer(self._text_for(chat), prompt_ids, prompt_text, settings))
         return out
@@ -117,10 +119,12 @@ class FakePolicy(Policy):
         )
 
     def _render(
-        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool
+        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool, thinking: bool | None = None
     ) -> tuple[str, list[int]]:
         if self._tokenizer is not None:
-            return super()._render(messages, add_generation_prompt=add_generation_prompt)
+            return super()._render(messages, add_generation_prompt=add_generation_prompt, thinking=thinking)
+        if thinking is not None:
+            raise PolicyError("the FakePolicy's own template (no tokenizer) has no thinking switch")
         text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
         text += "<|assistant|>\n" if add_generation_prompt else ""
         return text, list(text.encode())

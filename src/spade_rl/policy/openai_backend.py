@@ -104,20 +104,29 @@ class OpenAIPolicy(Policy):
             self._model = listed[0]
         return self._model
 
-    def generate(self, chats: Sequence[Chat], settings: SamplingSettings) -> list[Generation]:
+    def generate(
+        self, chats: Sequence[Chat], settings: SamplingSettings, *, thinking: bool | None = None
+    ) -> list[Generation]:
+        """``thinking`` True/False is sent as ``chat_template_kwargs = {"enable_thinking": ...}`` (vLLM and
+        SGLang pass it to their template; ``None`` sends nothing); whether the server's template has the
+        switch is checked only against a local tokenizer (``spade_rl.policy.thinking``)."""
         checked = check_chats(chats)
         model = self.model
         # Threads only wait on HTTP; tokenizing stays on this thread (a fast tokenizer shared between threads
         # can fail with "Already borrowed").
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, max(1, len(checked)))) as pool:
             responses = list(
-                pool.map(lambda i: self._request(model, i, checked[i], settings), range(len(checked)))
+                pool.map(
+                    lambda i: self._request(model, i, checked[i], settings, thinking), range(len(checked))
+                )
             )
         generations = []
         for chat, response in zip(checked, responses, strict=True):
             prompt_text, local_prompt = None, None
             if self._tokenizer is not None:
-                prompt_text, local_prompt = render_messages(self._tokenizer, chat, add_generation_prompt=True)
+                prompt_text, local_prompt = render_messages(
+                    self._tokenizer, chat, add_generation_prompt=True, thinking=thinking
+                )
             server_prompt = getattr(response, "prompt_token_ids", None)
             prompt_ids = server_prompt if server_prompt is not None else local_prompt
             for choice in sorted(response.choices, key=lambda c: c.index):
@@ -127,7 +136,14 @@ class OpenAIPolicy(Policy):
     def close(self) -> None:
         self._client.close()
 
-    def _request(self, model: str, index: int, chat: list[dict[str, Any]], settings: SamplingSettings) -> Any:
+    def _request(
+        self,
+        model: str,
+        index: int,
+        chat: list[dict[str, Any]],
+        settings: SamplingSettings,
+        thinking: bool | None = None,
+    ) -> Any:
         request: dict[str, Any] = {
             "model": model,
             "messages": chat,
@@ -147,6 +163,8 @@ class OpenAIPolicy(Policy):
             extra["stop_token_ids"] = list(settings.stop_token_ids)
         if settings.include_stop_string:
             extra["include_stop_str_in_output"] = True
+        if thinking is not None:
+            extra["chat_template_kwargs"] = {"enable_thinking": thinking}
         if self.config.server_token_ids:
             extra["return_token_ids"] = True
             extra["return_tokens_as_token_ids"] = settings.logprobs
