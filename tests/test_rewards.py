@@ -119,3 +119,19 @@ def test_validation_progress_and_bonus():
         "trivial_policy_wins", shaped, BATTERY_CHECKS[:9]
     )
     assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="plateau")) == pytest.approx(0.6)  # no bonus
+
+
+def test_designer_scale_is_the_references_when_asked():
+    from spade_rl.rewards import designer_scale
+
+    reference = DesignerRewardConfig(scale="reference")
+    assert designer_scale(96, 4, 4, DesignerRewardConfig()) == 1.0  # "none"
+    assert designer_scale(12, 4, 1, reference) == 3.0  # 12 / 4 * 1
+    assert designer_scale(96, 24, 4, reference) == 16.0  # 96 / 24 * 4
+    assert designer_scale(384, 24, 4, reference) == 50.0  # 64, capped at max_scale
+    assert designer_scale(384, 24, 4, DesignerRewardConfig(scale="reference", max_scale=80.0)) == 64.0
+    assert designer_scale(0, 4, 4, reference) == 1.0 and designer_scale(12, 0, 4, reference) == 1.0
+    with pytest.raises(ValueError, match="scale 'big' is not one of"):
+        DesignerRewardConfig(scale="big")
+    with pytest.raises(ValueError, match="max_scale must be at least 1"):
+        DesignerRewardConfig(scale="reference", max_scale=0.5)

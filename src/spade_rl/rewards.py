@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DESIGNER_MODES = ("blend", "regret", "plateau")
+DESIGNER_SCALES = ("none", "reference")
 
 
 def mean(values: Sequence[float]) -> float:
@@ -65,8 +66,18 @@ class DesignerRewardConfig:
     # progress_bonus * validation_progress(...), so that a small model whose designs all fail still
     # learns to fail later (code block < parses < instantiates < ... < deterministic).
     progress_bonus: float = 0.0
+    # The designer's centred advantages times a factor: "none" (1), or "reference": the reference's
+    # min(N_agent / N_designer * regenerate_every, max_scale) (spade-rl/spade, spare/core/utils/rewards.py
+    # compute_env_reward_scale), so that the few designer samples of an iteration weigh about as much as the
+    # many agent samples over a regeneration window.
+    scale: str = "none"
+    max_scale: float = 50.0
 
     def __post_init__(self) -> None:
+        if self.scale not in DESIGNER_SCALES:
+            raise ValueError(f"designer reward scale {self.scale!r} is not one of {list(DESIGNER_SCALES)}")
+        if not self.max_scale >= 1.0:
+            raise ValueError(f"designer reward max_scale must be at least 1, got {self.max_scale}")
         if self.mode not in DESIGNER_MODES:
             raise ValueError(f"designer reward mode {self.mode!r} is not one of {list(DESIGNER_MODES)}")
         if self.regret_scale <= 0:
@@ -141,6 +152,16 @@ def zscore_advantages(rewards: Sequence[float], eps: float = 1e-6) -> GroupAdvan
     if std < eps:
         return GroupAdvantages(tuple(0.0 for _ in rewards), False)
     return GroupAdvantages(tuple((r - m) / (std + eps) for r in rewards), True)
+
+
+def designer_scale(
+    agent_samples: int, designer_samples: int, regenerate_every: int, config: DesignerRewardConfig
+) -> float:
+    """The factor of the designer's advantages (``config.scale``): 1, or the reference's
+    ``min(agent_samples / designer_samples * regenerate_every, max_scale)`` (1 when either count is 0)."""
+    if config.scale == "none" or agent_samples <= 0 or designer_samples <= 0:
+        return 1.0
+    return min(agent_samples / designer_samples * regenerate_every, config.max_scale)
 
 
 def centred_advantages(rewards: Sequence[float], eps: float = 1e-9) -> GroupAdvantages:

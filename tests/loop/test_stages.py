@@ -1,5 +1,7 @@
 """The iteration's stages as data (loop/stages.py) and the metrics line computed once from them."""
 
+import pytest
+
 from spade_rl.archive import PlayStats
 from spade_rl.design.parse import Parsed
 from spade_rl.loop.stages import (
@@ -67,3 +69,57 @@ def test_the_metrics_line_comes_from_the_stages():
 def test_a_play_tag_is_typed_and_still_a_pair():
     tag = PlayTag(3, True)
     assert (tag.env_id, tag.use_hint) == (3, True) and tag == (3, True) and tag[0] == 3
+
+
+def test_the_designers_advantages_are_scaled_as_the_reference_scales_them():
+    """SelfPlay._batch: 2 played environments of 4 no-hint plays, 2 designs (one valid, one invalid):
+    the designer's centred advantages times min(8 agent samples / 2 designs * regenerate_every 2, 50) = 8."""
+    from types import SimpleNamespace
+
+    from spade_rl.design.validate import ValidationReport
+    from spade_rl.loop.config import load_config
+    from spade_rl.loop.run import SelfPlay
+    from spade_rl.rollout import Episode, EpisodeSpec, Turn
+
+    config = load_config(
+        None, ["rewards.scale='reference'", "loop.regenerate_every=2", "rewards.progress_bonus=0.0"]
+    )
+
+    def episode(reward):
+        turn = Turn("a", "o", reward, True, False, "stop")
+        return Episode(
+            EpisodeSpec(""),
+            turns=[turn],
+            stop_reason="terminated",
+            token_ids=[1, 2],
+            mask=[0, 1],
+            logprobs=[0.0, -1.0],
+            prompt_length=1,
+        )
+
+    played = []
+    for env_id, rewards in ((1, [1.0, 0.0, 1.0, 0.0]), (2, [1.0, 1.0, 0.0, 0.0])):
+        nohint = [episode(r) for r in rewards]
+        hint = [episode(1.0) for _ in rewards]
+        from spade_rl.stats import play_stats
+
+        played.append(PlayedEnv(env_id, nohint, hint, play_stats(nohint, hint)))
+    generation = Generation(
+        text="x",
+        prompt_token_ids=(1,),
+        completion_token_ids=(2, 3),
+        completion_logprobs=(-1.0, -1.0),
+        finish_reason="stop",
+    )
+    valid = Design(
+        Proposal("math", None, (), [], generation, Parsed("ok")), ValidationReport(True, "ok"), 1, False
+    )
+    invalid = Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, 0, False)
+    stub = SimpleNamespace(config=config)
+    batch = SelfPlay._batch(stub, [valid, invalid], played)
+    assert len(batch.agent) == 8 and batch.designer_scale == 8.0
+    plain = SelfPlay._batch(
+        SimpleNamespace(config=load_config(None, ["rewards.progress_bonus=0.0"])), [valid, invalid], played
+    )
+    assert [s.advantage for s in batch.designer] == pytest.approx([8.0 * s.advantage for s in plain.designer])
+    assert any(s.advantage != 0 for s in plain.designer)

@@ -54,7 +54,13 @@ from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, Upda
 from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
-from spade_rl.rewards import centred_advantages, designer_reward, invalid_design_reward, zscore_advantages
+from spade_rl.rewards import (
+    centred_advantages,
+    designer_reward,
+    designer_scale,
+    invalid_design_reward,
+    zscore_advantages,
+)
 from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import play_stats
@@ -241,6 +247,14 @@ class SelfPlay:
         for design, reward in rewarded:
             key = "all" if self.config.loop.designer_group_by == "iteration" else design.skill
             by_group.setdefault(key, []).append((design, reward))
+        designed = sum(
+            1
+            for members in by_group.values()
+            for design, _ in members
+            if design.generation.completion_token_ids
+        )
+        scale = designer_scale(len(batch.agent), designed, self.config.loop.regenerate_every, rewards_config)
+        batch.designer_scale = scale
         for offset, members in enumerate(by_group.values()):
             advantages = centred_advantages([r for _, r in members])
             batch.designer_groups += 1
@@ -251,7 +265,7 @@ class SelfPlay:
             for (design, _), a in zip(members, advantages.advantages, strict=True):
                 if design.generation.completion_token_ids:
                     group = len(played) + offset
-                    batch.designer.append(sample_from_generation(design.generation, a, group))
+                    batch.designer.append(sample_from_generation(design.generation, a * scale, group))
         return batch
 
     def _update(self, batch: TrainingBatch) -> UpdateResult:
