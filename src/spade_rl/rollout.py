@@ -10,7 +10,10 @@ The hint, when on, is appended to the first observation. ``RolloutConfig.action_
 the opening of every agent turn per setting (the CPU default opens game turns with ``\\boxed{`` and
 ends them at ``}`` with ``action_stop``: a 135M model then acts in every turn instead of restating the
 observation); the forced tokens are environment tokens, and the action the environment receives is
-the prefix plus what the model wrote.
+the prefix plus what the model wrote. ``RolloutConfig.thinking`` sets the chat template's thinking
+switch for the agent (``spade_rl.policy.thinking``); the model's thinking (``<think>...</think>``) is
+cut from the action the environment receives but stays in the token ids, mask and log-probs (it is
+trained) and in the transcript (``Episode.messages``, ``Turn.text``).
 
 Token-level data for training: ``Episode.token_ids`` is the whole conversation as the model saw it,
 ``mask`` is 1 on tokens the model generated and 0 on prompt and environment tokens (the chat
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.policy import Policy, SamplingSettings
+from spade_rl.policy.thinking import check_thinking_mode, opens_thinking, strip_thinking, thinking_flag
 from spade_rl.rewards import episode_return
 from spade_rl.sandbox import CallResult, EnvHandle, Sandbox
 
@@ -82,6 +86,9 @@ class RolloutConfig:
     # Per setting: stop strings that end an agent turn (kept in the action), e.g. ["}"] after a
     # "\\boxed{" prefix, so that a turn is the action and nothing after it.
     action_stop: dict[str, list[str]] = field(default_factory=dict)
+    # The agent's thinking mode (spade_rl.policy.thinking): "template" (the chat template's default),
+    # "on" or "off" (enable_thinking passed to a template that has the switch; refused otherwise).
+    thinking: str = "template"
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_context_tokens", "max_observation_chars"):
@@ -108,6 +115,15 @@ class RolloutConfig:
                 raise ValueError(
                     f"rollout action_stop.{setting} must be a list of non-empty strings, got {stops!r}"
                 )
+        check_thinking_mode("rollout.thinking", self.thinking)
+        forced = sorted(setting for setting, prefix in self.action_prefix.items() if prefix)
+        if self.thinking == "on" and forced:
+            # The prefix opens every turn with the action itself: no room to think before it.
+            raise ValueError(
+                f"rollout.thinking = 'on' lets the agent think before it acts, but rollout.action_prefix "
+                f"forces the turn to open with the action for {forced}: set rollout.action_prefix = {{}} "
+                "(and action_stop = {}), or thinking = 'off'"
+            )
 
 
 @dataclass(frozen=True)
@@ -125,12 +141,13 @@ class EpisodeSpec:
 
 @dataclass(frozen=True)
 class Turn:
-    action: str  # the model's text
+    action: str  # what the environment received: the model's text without its thinking
     observation: str
     reward: float
     terminated: bool
     truncated: bool
     finish_reason: str  # the generation's: stop, stop_string, length
+    text: str = ""  # the model's whole text (action prefix and thinking included); "" when it is the action
 
 
 @dataclass
@@ -175,11 +192,14 @@ class _TemplateTail:
     """The template tokens after the end-of-turn token of an assistant message (ChatML: a newline).
 
     Found once by rendering a tiny conversation: the rendered assistant turn ends with the end token
-    followed by the tail."""
+    followed by the tail. ``thinking`` (the template's switch, or None) is what every render of the
+    episode passes; ``opened``: whether the generation prompt leaves a ``<think>`` block open."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy, thinking: bool | None = None):
         probe = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-        ids = policy.render(probe, add_generation_prompt=False)
+        ids = policy.render(probe, add_generation_prompt=False, thinking=thinking)
+        self.thinking = thinking
+        self.opened = opens_thinking(policy, thinking)
         tokenizer = policy.tokenizer
         eos = getattr(tokenizer, "eos_token_id", None)
         ends = [i for i, t in enumerate(ids) if t == eos]
@@ -217,7 +237,8 @@ def run_episodes(
     called after each turn of each episode (and once at its start), to watch play as it happens."""
     rng = random.Random(seed)
     episodes = [Episode(spec) for spec in specs]
-    tail = _TemplateTail(policy)
+    thinking = thinking_flag(policy, config.thinking, key="rollout.thinking")
+    tail = _TemplateTail(policy, thinking)
     handles: list[EnvHandle | None] = [None] * len(specs)
     try:
         opened = sandbox.open_many([(s.source, s.env_kwargs) for s in specs], config.call_timeout_s)
@@ -234,7 +255,8 @@ def run_episodes(
             episode = episodes[i]
             if not _begin(episode, result, config):
                 continue
-            episode.append(policy.render(episode.messages, add_generation_prompt=True), model=False)
+            prompt = policy.render(episode.messages, add_generation_prompt=True, thinking=thinking)
+            episode.append(prompt, model=False)
             episode.prompt_length = len(episode.token_ids)
             if episode.prompt_length + config.max_new_tokens > config.max_context_tokens:
                 episode.stop_reason = "context"
@@ -268,22 +290,24 @@ def _play(
         for i in live:  # the forced start of the turn: environment tokens, not trained
             episodes[i].append(prefixes.ids(episodes[i].spec.setting), model=False)
         generations = _generate_turn(policy, episodes, live, config, rng)
-        actions = []
+        actions, texts = [], []
         for i, generation in zip(live, generations, strict=True):
             ids = list(generation.completion_token_ids or [])
             logprobs = list(generation.completion_logprobs) if generation.completion_logprobs else None
             episodes[i].append(ids, model=True, logprobs=logprobs)
-            action = prefixes.text(episodes[i].spec.setting) + generation.text
-            episodes[i].messages.append({"role": "assistant", "content": action})
-            actions.append(action)
+            text = prefixes.text(episodes[i].spec.setting) + generation.text
+            episodes[i].messages.append({"role": "assistant", "content": text})  # the transcript: all of it
+            texts.append(text)
+            actions.append(strip_thinking(text, opened=tail.opened))  # what the environment reads
         steps = sandbox.call_many(
             [(handles[i], "step", {"action": a}) for i, a in zip(live, actions, strict=True)],
             config.call_timeout_s,
         )
         still = []
-        for i, generation, action, result in zip(live, generations, actions, steps, strict=True):
+        for i, generation, action, text, result in zip(live, generations, actions, texts, steps, strict=True):
             episode = episodes[i]
-            observation = _record_step(episode, result, action, generation.finish_reason, turn, config)
+            finish = generation.finish_reason
+            observation = _record_step(episode, result, action, finish, turn, config, text)
             if observation is None:
                 continue
             if on_turn is not None:
@@ -293,7 +317,7 @@ def _play(
             previous = list(episode.messages)
             episode.messages.append({"role": "user", "content": observation})
             suffix = tail.after_turn(list(generation.completion_token_ids or [])) + policy.render_suffix(
-                previous, episode.messages, add_generation_prompt=True
+                previous, episode.messages, add_generation_prompt=True, thinking=tail.thinking
             )
             needed = len(suffix) + len(prefixes.ids(episode.spec.setting)) + 1
             if len(episode.token_ids) + needed > config.max_context_tokens:
@@ -381,11 +405,17 @@ def _begin(episode: Episode, result: CallResult, config: RolloutConfig) -> bool:
 
 
 def _record_step(
-    episode: Episode, result: CallResult, action: str, finish_reason: str, turn: int, config: RolloutConfig
+    episode: Episode,
+    result: CallResult,
+    action: str,
+    finish_reason: str,
+    turn: int,
+    config: RolloutConfig,
+    text: str = "",
 ) -> str | None:
     """The step's answer checked and recorded as a turn, and the episode's end decided (terminated,
     truncated, out of turns, over its time budget). Returns the observation, cut, or None when the step
-    failed (the episode then ends with no new turn)."""
+    failed (the episode then ends with no new turn). ``text``: the model's whole text, when not the action."""
     episode.env_seconds += result.elapsed_s
     if not result.ok:
         _fail(episode, f"step: {result.reason}: {result.error}")
@@ -396,8 +426,9 @@ def _record_step(
         _fail(episode, f"step: {exc}")
         return None
     observation = _cut(step.observation, config.max_observation_chars)
+    whole = text if text != action else ""
     episode.turns.append(
-        Turn(action, observation, step.reward, step.terminated, step.truncated, finish_reason)
+        Turn(action, observation, step.reward, step.terminated, step.truncated, finish_reason, whole)
     )
     if step.terminated or step.truncated:
         episode.stop_reason = "terminated" if step.terminated else "truncated"

@@ -9,7 +9,9 @@ mode, a hint (a second batched generation that reads the code); parse; run the v
 in the sandbox, on all proposals at once through the executor (local or Ray; a ``Sandbox`` is
 accepted too); and record every proposal, valid or not, in the archive with its reason and lineage.
 Each ``Design`` (``loop/stages.py``) keeps the prompt and the generation, which become designer
-training samples.
+training samples. ``design.thinking`` sets the chat template's thinking switch for the designer
+(``spade_rl.policy.thinking``); the parser reads the designer's text without its thinking, and the
+generation (token ids and text) keeps all of it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from spade_rl.envs import kits, reference
 from spade_rl.executor import Executor, as_executor
 from spade_rl.loop.stages import Design, Proposal
 from spade_rl.policy import Generation, Policy, SamplingSettings
+from spade_rl.policy.thinking import check_thinking_mode, opens_thinking, strip_thinking, thinking_flag
 from spade_rl.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -73,12 +76,21 @@ class DesignPhaseConfig:
     # subclass of the kit (spade_rl.envs.kits) writing make(rng) and a hint, about 8 lines: the answer
     # is forced to open with "```python\nclass " and stops at the end of its code block.
     form: str = "module"
+    # The designer's thinking mode (spade_rl.policy.thinking): "template" (the chat template's default),
+    # "on" or "off" (enable_thinking passed to a template that has the switch; refused otherwise).
+    thinking: str = "template"
 
     def __post_init__(self) -> None:
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1):
             raise ValueError(f"design n must be a whole number of at least 1, got {self.n!r}")
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
+        check_thinking_mode("design.thinking", self.thinking)
+        if self.form == "question" and self.thinking == "on":
+            raise ValueError(
+                "design.thinking = 'on' lets the designer think first, but form 'question' forces its answer "
+                "to open with the code: use form = 'module', or thinking = 'off' or 'template'"
+            )
         if self.setting not in SETTINGS:
             raise ValueError(f"design setting {self.setting!r} is not one of {list(SETTINGS)}")
         if self.hint_mode not in HINT_MODES:
@@ -146,16 +158,23 @@ def _question_example(memory: MemorySample | None, skill: str) -> str:
 
 
 def generate_with_prefix(
-    policy: Policy, chats: list[list[dict]], prefix: str, settings: SamplingSettings
+    policy: Policy,
+    chats: list[list[dict]],
+    prefix: str,
+    settings: SamplingSettings,
+    thinking: bool | None = None,
 ) -> list[Generation]:
     """Generations that start with ``prefix``: the prefix's tokens follow the generation prompt, the
     model continues from them, and each ``text`` is the prefix plus what the model wrote (the prefix
     tokens are prompt tokens: they never train). A backend that cannot continue token prompts
-    (the openai backend) gets the chats alone, and its text is what it wrote."""
+    (the openai backend) gets the chats alone, and its text is what it wrote. ``thinking``: the
+    template's switch (``policy.thinking``)."""
     if not policy.supports_token_prompts:
-        return policy.generate(chats, settings)
+        return policy.generate(chats, settings, thinking=thinking)
     prefix_ids = list(policy.tokenizer(prefix, add_special_tokens=False)["input_ids"])
-    prompts = [policy.render(chat, add_generation_prompt=True) + prefix_ids for chat in chats]
+    prompts = [
+        policy.render(chat, add_generation_prompt=True, thinking=thinking) + prefix_ids for chat in chats
+    ]
     return [dataclasses.replace(g, text=prefix + g.text) for g in policy.generate_tokens(prompts, settings)]
 
 
@@ -225,6 +244,7 @@ def design_environments(
     """Propose ``config.n`` environments, validate them and record them all in the archive."""
     if config.n is None:
         raise ValueError("DesignPhaseConfig.n is not set: say how many environments to propose")
+    thinking = thinking_flag(policy, config.thinking, key="design.thinking")
     skills = config.skill_list
     plans = []
     for index in range(config.n):
@@ -260,14 +280,20 @@ def design_environments(
     chats = [chat for *_, chat in plans]
     need_hint = config.hint_mode == "inline"
     if config.form == "question":
-        generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling)
+        generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling, thinking)
         parse = parse_question_design
     else:
-        generations = policy.generate(chats, sampling)
+        generations = policy.generate(chats, sampling, thinking=thinking)
         parse = parse_design
     rules = config.prompt.hint
+    opened = opens_thinking(policy, thinking)  # the parser reads the text without the thinking
     parsed = [
-        parse(g.text, truncated=g.finish_reason == "length", need_hint=need_hint, rules=rules)
+        parse(
+            strip_thinking(g.text, opened=opened),
+            truncated=g.finish_reason == "length",
+            need_hint=need_hint,
+            rules=rules,
+        )
         for g in generations
     ]
 
@@ -286,10 +312,10 @@ def design_environments(
                 top_p=config.top_p,
                 seed=rng.randrange(2**31),
             )
-            for i, chat, generation in zip(wanted, chats, policy.generate(chats, hint_settings), strict=True):
-                hint = parse_hint(
-                    generation.text, truncated=generation.finish_reason == "length", rules=rules
-                )
+            hint_generated = policy.generate(chats, hint_settings, thinking=thinking)
+            for i, chat, generation in zip(wanted, chats, hint_generated, strict=True):
+                text = strip_thinking(generation.text, opened=opened)
+                hint = parse_hint(text, truncated=generation.finish_reason == "length", rules=rules)
                 hint_chats[i], hint_generations[i] = chat, generation
                 parsed[i] = Parsed(hint.reason, parsed[i].source, hint.hint, hint.message)
 
