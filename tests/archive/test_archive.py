@@ -709,3 +709,31 @@ def test_memory_never_shows_an_environment_twice(tmp_path):
         for seed in range(20):
             sample = archive.sample_memory(seed, positives=2, negatives=1)
             assert len(sample.parent_ids) == len(set(sample.parent_ids))
+
+
+def test_reference_memory_keeps_the_latest_window_top_regret_seeds_and_extreme_negatives():
+    """memory_mode = "reference" (spade-rl/spade, spare/core/env_memory.py): the FIFO window, positives
+    from the top max(3 n, 10) frontier environments by regret, negatives below 0.1 or above 0.9 only."""
+    from spade_rl.archive.sampling import Candidate, pick_memory
+
+    frontier = [Candidate(i, 0.5, float(i)) for i in range(1, 16)]  # regret = id
+    easy, hard, mild = Candidate(16, 0.95, 0.0), Candidate(17, 0.05, 0.0), Candidate(18, 0.88, 0.0)
+    unplayed = Candidate(19, None, None)
+    config = ArchiveConfig(memory_mode="reference")
+    seen_positive, seen_negative = set(), set()
+    for seed in range(200):
+        pick = pick_memory([*frontier, easy, hard, mild, unplayed], [100], random.Random(seed), config, 2, 1)
+        assert len(pick.positives) == 2 and len(pick.negatives) == 1 and not pick.fallback and pick.complete
+        seen_positive |= set(pick.positives)
+        seen_negative |= set(pick.negatives)
+    assert seen_positive == set(range(6, 16))  # the top 10 by regret, drawn uniformly
+    assert seen_negative == {16, 17}  # 0.88 is off the frontier but not extreme: never a negative
+    window = ArchiveConfig(memory_mode="reference", memory_window=5)
+    pick = pick_memory([*frontier, easy, hard, mild], [100], random.Random(0), window, 2, 1)
+    assert set(pick.positives) <= {14, 15} and set(pick.negatives) <= {16, 17}  # only ids 14-18 count
+    empty = pick_memory([easy], [100], random.Random(0), config, 2, 1)
+    assert empty.positives == () and not empty.fallback and "found 0 of 2 positive" in empty.message
+    with pytest.raises(ValueError, match="memory_mode 'fifo' is not one of"):
+        ArchiveConfig(memory_mode="fifo")
+    with pytest.raises(ValueError, match="memory_negative_below and memory_negative_above"):
+        ArchiveConfig(memory_negative_below=0.95, memory_negative_above=0.9)

@@ -14,6 +14,7 @@ GAMES = "cmd/games/train_spade_4b.sh"
 TOOLS = "cmd/tool_use/_train_spade_blend.sh"
 SLIME = "slime's argument defaults (--tis-clip 2.0)"
 REWARDS = "spare/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
+MEMORY = "spare/core/env_memory.py (EnvironmentMemory)"
 SCALE = "spare/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -53,6 +54,13 @@ REFERENCE = [
     ("train.old_logprobs", "recompute", "recompute", GAMES, TOOLS),
     ("train.tis_cap", 2.0, 2.0, SLIME, SLIME),
     ("warmup.designs", 0, 0, GAMES, TOOLS),
+    ("archive.memory_mode", "reference", "reference", MEMORY, MEMORY),
+    ("archive.memory_window", 200, 200, GAMES, TOOLS),
+    ("archive.memory_negative_below", 0.1, 0.1, MEMORY, MEMORY),
+    ("archive.memory_negative_above", 0.9, 0.9, MEMORY, MEMORY),
+    ("archive.frontier_low", 0.15, 0.15, MEMORY, MEMORY),
+    ("archive.frontier_high", 0.85, 0.85, MEMORY, MEMORY),
+    ("design.prompt.max_example_chars", 2000, 2000, MEMORY, MEMORY),
 ]
 
 

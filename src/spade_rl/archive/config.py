@@ -12,6 +12,9 @@ from dataclasses import dataclass
 SYNCHRONOUS_MODES = ("FULL", "EXTRA", "NORMAL")
 
 
+MEMORY_MODES = ("weighted", "reference")
+
+
 @dataclass(frozen=True)
 class ArchiveConfig:
     """How the archive chooses environments for the designer's memory and the agent's training pool.
@@ -24,6 +27,11 @@ class ArchiveConfig:
       by :func:`~spade_rl.archive.sampling.pool_weight`): the "most useful few hundred" of SPADE.
     - ``weight_floor``, ``regret_mix``, ``unplayed_weight``: the training-pool weight, see
       :func:`~spade_rl.archive.sampling.pool_weight`. The floor keeps every valid environment drawable.
+    - ``memory_mode``: "weighted" (ours, above) or "reference", the reference implementation's memory
+      (spade-rl/spade, ``spare/core/env_memory.py``): only the latest ``memory_window`` played
+      environments count (its FIFO of 200); positives are drawn uniformly from the top ``max(3 n, 10)``
+      frontier ones by regret; negatives from those with a win rate below ``memory_negative_below`` or
+      above ``memory_negative_above`` (0.1, 0.9); no reference environments stand in for missing positives.
     - ``busy_timeout_s``: how long a writer waits for another writer's transaction before failing.
     - ``synchronous``: SQLite's ``PRAGMA synchronous``. ``FULL`` (default) also survives a power cut;
       ``NORMAL`` survives a killed process but may lose the last commits on a power cut.
@@ -34,6 +42,10 @@ class ArchiveConfig:
     memory_positives: int = 2
     memory_negatives: int = 1
     memory_size: int = 256
+    memory_mode: str = "weighted"
+    memory_window: int = 200
+    memory_negative_below: float = 0.1
+    memory_negative_above: float = 0.9
     weight_floor: float = 0.05
     regret_mix: float = 0.5
     unplayed_weight: float = 0.5
@@ -57,7 +69,19 @@ class ArchiveConfig:
                 f"archive frontier [{self.frontier_low}, {self.frontier_high}] is not allowed: "
                 "need 0 <= frontier_low < frontier_high <= 1"
             )
-        for name, least in (("memory_positives", 0), ("memory_negatives", 0), ("memory_size", 1)):
+        if self.memory_mode not in MEMORY_MODES:
+            raise ValueError(f"archive memory_mode {self.memory_mode!r} is not one of {list(MEMORY_MODES)}")
+        if not 0.0 <= self.memory_negative_below <= self.memory_negative_above <= 1.0:
+            raise ValueError(
+                "archive memory_negative_below and memory_negative_above must satisfy 0 <= below <= "
+                f"above <= 1, got {self.memory_negative_below!r} and {self.memory_negative_above!r}"
+            )
+        for name, least in (
+            ("memory_positives", 0),
+            ("memory_negatives", 0),
+            ("memory_size", 1),
+            ("memory_window", 1),
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < least:
                 raise ValueError(f"archive setting {name} must be an integer >= {least}, got {value!r}")

@@ -118,6 +118,8 @@ def pick_memory(
     ``n_positive`` of ``reference_ids`` are drawn uniformly instead (``fallback=True``); with fewer
     than asked, the sample is smaller. Never raises for a sparse archive: ``message`` explains it.
     """
+    if config.memory_mode == "reference":
+        return _pick_memory_as_the_reference(candidates, rng, config, n_positive, n_negative)
     low, high = config.frontier_low, config.frontier_high
     played = [c for c in candidates if c.win_rate is not None]
     frontier = [c for c in played if on_frontier(c.win_rate, low, high)]  # type: ignore[arg-type]
@@ -155,5 +157,46 @@ def pick_memory(
         kinds=kinds,
         fallback=fallback,
         complete=complete,
+        message="; ".join(notes) if notes else "ok",
+    )
+
+
+def _pick_memory_as_the_reference(
+    candidates: Sequence[Candidate],
+    rng: random.Random,
+    config: ArchiveConfig,
+    n_positive: int,
+    n_negative: int,
+) -> MemoryPick:
+    """``memory_mode = "reference"`` (see :class:`ArchiveConfig`): the latest ``memory_window`` played
+    environments; positives uniformly from the top ``max(3 n, 10)`` frontier ones by regret (ties: the
+    newer first), negatives uniformly from the too easy and too hard ones."""
+    low, high = config.frontier_low, config.frontier_high
+    played = sorted((c for c in candidates if c.win_rate is not None), key=lambda c: c.env_id)
+    window = played[-config.memory_window :]
+    frontier = [c for c in window if on_frontier(c.win_rate, low, high)]  # type: ignore[arg-type]
+    ranked = sorted(frontier, key=lambda c: (-(c.regret or 0.0), -c.env_id))[: max(3 * n_positive, 10)]
+    positives = [c.env_id for c in rng.sample(ranked, min(n_positive, len(ranked)))]
+    kinds = dict.fromkeys(positives, "frontier")
+    extremes = [
+        c
+        for c in window
+        if c.env_id not in kinds
+        and (c.win_rate < config.memory_negative_below or c.win_rate > config.memory_negative_above)  # type: ignore[operator]
+    ]
+    negatives = rng.sample(extremes, min(n_negative, len(extremes)))
+    for c in negatives:
+        kinds[c.env_id] = "too_hard" if c.win_rate < low else "too_easy"  # type: ignore[operator]
+    notes = []
+    if len(positives) < n_positive:
+        notes.append(f"found {len(positives)} of {n_positive} positive examples (reference memory)")
+    if len(negatives) < n_negative:
+        notes.append(f"found {len(negatives)} of {n_negative} negative examples (reference memory)")
+    return MemoryPick(
+        positives=tuple(positives),
+        negatives=tuple(c.env_id for c in negatives),
+        kinds=kinds,
+        fallback=False,
+        complete=not notes,
         message="; ".join(notes) if notes else "ok",
     )
