@@ -1,6 +1,8 @@
 """``spade-rl eval [--model M] [--suite S ...] [--limit N] [--option suite.key=value ...] [--out FILE]``:
 held-out evaluation, written as a JSON result; ``spade-rl eval --compare A.json B.json``: two results
-side by side, with significance tests."""
+side by side, with significance tests. ``--samples 8 --temperature 0.6`` samples every item 8 times and
+reports pass@k (k = 1, 2, 4, 8) and the mean accuracy over samples beside the greedy accuracy
+(``--no-greedy`` skips the greedy run)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,15 @@ def eval_(
     max_new_tokens: int = typer.Option(
         512, "--max-new-tokens", min=1, help="Per answer (the envs suite: envs.max_new_tokens per turn)."
     ),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
+    temperature: float = typer.Option(
+        0.0, "--temperature", min=0.0, help="0 is greedy; with --samples N > 1 that of the samples."
+    ),
+    samples: int = typer.Option(
+        1, "--samples", help="Samples per item (N > 1: pass@k and mean accuracy over samples; 1: one answer)."
+    ),
+    greedy: bool = typer.Option(
+        True, "--greedy/--no-greedy", help="With --samples N > 1, also answer each item greedily once."
+    ),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Chats per generation call."),
 ) -> None:
     """Evaluate a model on held-out suites and write a JSON result; or compare two results."""
@@ -49,11 +59,13 @@ def eval_(
 
     from spade_rl.evaluate.base import SUITES, EvalContext
     from spade_rl.evaluate.runner import build_suites, run_eval
-    from spade_rl.evaluate.tables import categories_table, results_table
+    from spade_rl.evaluate.sampled import check_samples
+    from spade_rl.evaluate.tables import categories_table, pass_text, results_table
     from spade_rl.policy import DEFAULT_MODEL, PolicyConfig, PolicyError, SamplingSettings, make_policy
 
     names = list(suites or SUITES)
     try:
+        check_samples(samples, temperature, "-")
         suite_options = _parse_suite_options(options or [])
         built = build_suites(names, suite_options)
         sampling = SamplingSettings(
@@ -73,12 +85,19 @@ def eval_(
         if result is None:
             console.print(f"running suite {name} ...")
         else:
-            console.print(f"  {name}: {result.correct}/{result.n} correct ({result.seconds:.0f} s)")
+            sampled = f", pass@k {pass_text(result.pass_at_k)}" if result.samples else ""
+            console.print(f"  {name}: {result.correct}/{result.n} correct{sampled} ({result.seconds:.0f} s)")
 
     try:
         with Sandbox(SandboxConfig()) as sandbox:
             ctx = EvalContext(
-                limit=limit, seed=seed, sampling=sampling, sandbox=sandbox, batch_size=batch_size
+                limit=limit,
+                seed=seed,
+                sampling=sampling,
+                sandbox=sandbox,
+                batch_size=batch_size,
+                samples=samples,
+                greedy=greedy,
             )
             result = run_eval(
                 policy, built, ctx, model=model or DEFAULT_MODEL, backend=backend, on_suite=progress

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 RESPONSE_CHARS = 2000  # responses are cut to this many characters in results
 GREEDY = SamplingSettings(max_new_tokens=512, temperature=0.0, logprobs=False)
+DRAW_STRIDE = 7_919_999  # seed offset between sampled runs: far beyond the chats of one run
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -64,15 +65,20 @@ class ItemResult:
     score: float  # in [0, 1], the suite's own partial score
     response: str  # what the model said (final answer turn, or the joined turns), cut to RESPONSE_CHARS
     detail: dict = field(default_factory=dict)  # expected answer, error/reason, turns, category...
+    # Sampled evaluation (ctx.samples > 1): (correct, score) of each sample; empty when not sampled.
+    samples: list[tuple[bool, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "id": self.id,
             "correct": self.correct,
             "score": self.score,
             "response": self.response,
             "detail": self.detail,
         }
+        if self.samples:
+            data["samples"] = [[bool(c), float(s)] for c, s in self.samples]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> ItemResult:
@@ -82,7 +88,18 @@ class ItemResult:
         detail = data.get("detail", {})
         if not isinstance(detail, dict):
             raise ValueError(f"item {data['id']!r}: detail must be an object")
-        return cls(data["id"], data["correct"], float(data["score"]), data["response"], detail)
+        samples = data.get("samples", [])  # absent in files written before sampled evaluation
+        if not isinstance(samples, list) or not all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], bool)
+            and isinstance(pair[1], int | float)
+            and not isinstance(pair[1], bool)
+            for pair in samples
+        ):
+            raise ValueError(f"item {data['id']!r}: samples must be a list of [correct, score] pairs")
+        pairs = [(c, float(s)) for c, s in samples]
+        return cls(data["id"], data["correct"], float(data["score"]), data["response"], detail, pairs)
 
 
 @dataclass
@@ -110,8 +127,29 @@ class SuiteResult:
     def ci(self) -> tuple[float, float]:
         return wilson_interval(self.correct, self.n)
 
+    @property
+    def samples(self) -> int:
+        """Samples per item of a sampled evaluation (the fewest any item has); 0 when not sampled."""
+        counts = [len(item.samples) for item in self.items if item.samples]
+        return min(counts) if counts else 0
+
+    @property
+    def pass_at_k(self) -> dict[int, float]:
+        """Unbiased pass@k over the items (k = 1, 2, 4, ... and the samples); empty when not sampled."""
+        from spade_rl.evaluate.sampled import pass_at_k_of
+
+        return pass_at_k_of(self.items)
+
+    @property
+    def sample_accuracy(self) -> float | None:
+        """Mean accuracy over every sample of every item (equal to pass@1); ``None`` when not sampled."""
+        from spade_rl.evaluate.sampled import sample_means
+
+        means = sample_means(self.items)
+        return None if means is None else means[0]
+
     def to_dict(self) -> dict:
-        return {
+        data = {
             "suite": self.suite,
             "version": self.version,
             "n": self.n,
@@ -123,6 +161,15 @@ class SuiteResult:
             "seconds": self.seconds,
             "items": [item.to_dict() for item in self.items],
         }
+        if self.samples:  # derived from the items, written for readers of the file, recomputed on reading
+            from spade_rl.evaluate.sampled import sample_means
+
+            accuracy, score = sample_means(self.items)  # type: ignore[misc]
+            data["samples"] = self.samples
+            data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+            data["sample_accuracy"] = accuracy
+            data["sample_mean_score"] = score
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> SuiteResult:
@@ -173,6 +220,11 @@ class EvalContext:
     sandbox: Sandbox  # the shared sandbox; suites run untrusted code here
     batch_size: int = 16  # chats per policy.generate call
     options: dict = field(default_factory=dict)  # per-suite options, options[suite_name] -> dict
+    # Sampled evaluation (evaluate/sampled.py): samples > 1 runs every suite that many times at
+    # ``sampling`` (temperature > 0) and, with ``greedy``, once more at temperature 0; 1 is one run.
+    samples: int = 1
+    greedy: bool = True
+    draw: int = 0  # which sampled run this is; mixed into generation seeds, never into item selection
 
     def __post_init__(self) -> None:
         if self.limit is not None and (
@@ -185,6 +237,18 @@ class EvalContext:
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.sampling, SamplingSettings):
             raise ValueError(f"sampling must be a SamplingSettings, got {type(self.sampling).__name__}")
+        from spade_rl.evaluate.sampled import check_samples
+
+        check_samples(self.samples, self.sampling.temperature, "ctx")
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"greedy must be true or false, got {self.greedy!r}")
+        if isinstance(self.draw, bool) or not isinstance(self.draw, int) or self.draw < 0:
+            raise ValueError(f"draw must be an integer >= 0, got {self.draw!r}")
+
+    def generation_seed(self, offset: int) -> int:
+        """The sampling seed of a generation call at ``offset`` (its first chat or episode): from the
+        evaluation seed and, for the d-th sampled run, ``draw`` d (draw 0 gives the seeds of a single run)."""
+        return (self.seed * 1_000_003 + offset + self.draw * DRAW_STRIDE) % 2**31
 
 
 class Suite(ABC):
@@ -351,13 +415,14 @@ def clip(text: str, limit: int = RESPONSE_CHARS) -> str:
 
 def generate_texts(policy: Policy, chats: Sequence[Chat], ctx: EvalContext) -> list[tuple[str, str]]:
     """One ``(text, finish_reason)`` per chat, generated ``ctx.batch_size`` chats per call with
-    ``ctx.sampling``. The sampling seed of each call derives from ``ctx.seed`` and the index of its
-    first chat, so a run is reproducible for a given seed and batch size. A backend failure
+    ``ctx.sampling``. The sampling seed of each call derives from ``ctx.seed``, ``ctx.draw`` and the index
+    of its first chat (:meth:`EvalContext.generation_seed`), so a run is reproducible for a given seed and
+    batch size. A backend failure
     (``PolicyError``) propagates: it is not the model's answer."""
     out: list[tuple[str, str]] = []
     for start in range(0, len(chats), ctx.batch_size):
         batch = list(chats[start : start + ctx.batch_size])
-        settings = replace(ctx.sampling, n=1, seed=(ctx.seed * 1_000_003 + start) % 2**31)
+        settings = replace(ctx.sampling, n=1, seed=ctx.generation_seed(start))
         generations = policy.generate(batch, settings)
         if len(generations) != len(batch):
             raise PolicyError(f"the policy returned {len(generations)} generations for {len(batch)} chats")

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import reference
-from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip
+from spade_rl.evaluate.base import DRAW_STRIDE, EvalContext, ItemResult, Suite, SuiteResult, clip
 from spade_rl.policy import Policy
 from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
 
@@ -139,7 +139,9 @@ class EnvsSuite(Suite):
         episodes: list[Episode] = []
         for start in range(0, len(specs), o["batch_episodes"]):
             batch = specs[start : start + o["batch_episodes"]]
-            episodes += run_episodes(policy, ctx.sandbox, batch, config, seed=ctx.seed + start)
+            # The d-th sampled run (ctx.draw) samples the same episodes with other seeds.
+            seed = ctx.seed + start + ctx.draw * DRAW_STRIDE
+            episodes += run_episodes(policy, ctx.sandbox, batch, config, seed=seed)
         items = [_item(episode) for episode in episodes]
         return SuiteResult(
             self.name,

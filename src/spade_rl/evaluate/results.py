@@ -6,7 +6,9 @@
         row.suite, row.category, row.acc_a, row.acc_b, row.diff, row.p_value, row.test, row.significant
 
 A result file is JSON: the model, backend, spade-rl version, creation time, seed, limit, sampling
-settings, the host, and every suite's :class:`~spade_rl.evaluate.base.SuiteResult` with its items.
+settings, the host, and every suite's :class:`~spade_rl.evaluate.base.SuiteResult` with its items. A
+sampled evaluation adds ``samples`` (n, greedy, and the settings of the samples) and, per item, the
+(correct, score) of each sample; files without them (written before, or with one sample) read as before.
 
 ``compare`` gives one row per suite and one per category of a suite (``detail["category"]`` of its
 items). When both sides hold exactly the same item ids, the difference is tested on the pairs with
@@ -14,7 +16,8 @@ McNemar's exact test (two-sided binomial test on the discordant pairs: items rig
 wrong in the other); otherwise with the unpaired two-proportion z-test (pooled variance). A row whose
 p-value is below ``alpha`` (0.05) exceeds the noise. Results that are not comparable (different suite
 versions, seeds, limits or suite options, or different sampling) are flagged with the reason and
-not tested.
+not tested. Where both sides were sampled, a row also carries each side's pass@k (at the k both
+have); pass@k differences are shown, not tested, and only when the samples' settings agree.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from spade_rl.evaluate.base import ItemResult, SuiteResult, wilson_interval
+from spade_rl.evaluate.sampled import pass_at_k_of
 
 FORMAT = "spade-rl-eval/1"
 ALPHA = 0.05
@@ -48,9 +52,10 @@ class EvalResult:
     created: str = ""  # ISO 8601 time, UTC
     host: dict = field(default_factory=dict)  # python, platform, cpus, torch, device
     seconds: float = 0.0
+    samples: dict | None = None  # sampled evaluation: {"n", "greedy", and the samples' SamplingSettings}
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "format": FORMAT,
             "model": self.model,
             "backend": self.backend,
@@ -63,6 +68,9 @@ class EvalResult:
             "seconds": self.seconds,
             "suites": {name: suite.to_dict() for name, suite in self.suites.items()},
         }
+        if self.samples is not None:
+            data["samples"] = self.samples
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> EvalResult:
@@ -91,6 +99,16 @@ class EvalResult:
                 raise ValueError(f"suite {name!r} holds the result of {result.suite!r}")
             suites[name] = result
         seconds = data.get("seconds", 0.0)
+        samples = data.get("samples")  # absent in files of unsampled evaluations
+        if samples is not None and not (
+            isinstance(samples, dict)
+            and isinstance(samples.get("n"), int)
+            and not isinstance(samples.get("n"), bool)
+            and samples["n"] >= 1
+        ):
+            raise ValueError(
+                f"field 'samples' must be null or an object with an integer n >= 1, got {samples!r}"
+            )
         return cls(
             model=data["model"],
             backend=data["backend"],
@@ -102,6 +120,7 @@ class EvalResult:
             created=str(data.get("created", "")),
             host=data["host"],
             seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
+            samples=samples,
         )
 
     def write(self, path: str | os.PathLike) -> None:
@@ -148,28 +167,54 @@ class CompareRow:
     significant: bool  # p_value < ALPHA
     comparable: bool
     note: str = ""  # why a row is not comparable or not tested; how many pairs a paired test used
+    pass_a: dict[int, float] | None = None  # pass@k of A's items (sampled evaluations), None: not sampled
+    pass_b: dict[int, float] | None = None
+    pass_note: str = ""  # why the pass@k of the two sides are not comparable ("" when they are)
 
 
 def compare(a: EvalResult, b: EvalResult, alpha: float = ALPHA) -> list[CompareRow]:
     """Rows for every suite of either result (A's order, then B's), each followed by its categories."""
     rows: list[CompareRow] = []
+    sample_problem = _sample_difference(a, b)
     common_problems = _run_differences(a, b)
     for name in list(a.suites) + [s for s in b.suites if s not in a.suites]:
         sa, sb = a.suites.get(name), b.suites.get(name)
         if sa is None or sb is None:
             present = sa if sa is not None else sb
-            rows.append(_one_sided(name, None, present.items, a_side=sa is not None))  # type: ignore[union-attr]
+            row = _one_sided(name, None, present.items, a_side=sa is not None)  # type: ignore[union-attr]
+            rows.append(_with_pass(row, sa.items if sa else [], sb.items if sb else [], sample_problem))
             continue
         problems = common_problems + _suite_differences(sa, sb)
-        rows.append(_row(name, None, sa.items, sb.items, problems, alpha))
+        row = _row(name, None, sa.items, sb.items, problems, alpha)
+        rows.append(_with_pass(row, sa.items, sb.items, sample_problem))
         for category in _categories(sa.items, sb.items):
             ia = [i for i in sa.items if i.detail.get("category") == category]
             ib = [i for i in sb.items if i.detail.get("category") == category]
             if not ia or not ib:
-                rows.append(_one_sided(name, category, ia or ib, a_side=bool(ia)))
+                row = _one_sided(name, category, ia or ib, a_side=bool(ia))
             else:
-                rows.append(_row(name, category, ia, ib, problems, alpha))
+                row = _row(name, category, ia, ib, problems, alpha)
+            rows.append(_with_pass(row, ia, ib, sample_problem))
     return rows
+
+
+def _sample_difference(a: EvalResult, b: EvalResult) -> str:
+    """Why the pass@k of A and B are not comparable: the samples' settings differ (their number may differ:
+    the estimator is unbiased for any n >= k)."""
+    if a.samples is None or b.samples is None:
+        return ""
+    ignore = ("n", "greedy", "seed")
+    keys = sorted(
+        k for k in set(a.samples) | set(b.samples) if k not in ignore and a.samples.get(k) != b.samples.get(k)
+    )
+    return f"samples' settings differ ({', '.join(keys)})" if keys else ""
+
+
+def _with_pass(row: CompareRow, a: list[ItemResult], b: list[ItemResult], problem: str) -> CompareRow:
+    pass_a, pass_b = pass_at_k_of(a) or None, pass_at_k_of(b) or None
+    if pass_a is None and pass_b is None:
+        return row
+    return replace(row, pass_a=pass_a, pass_b=pass_b, pass_note=problem)
 
 
 def _run_differences(a: EvalResult, b: EvalResult) -> list[str]:

@@ -20,13 +20,19 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from spade_rl import __version__
 from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult, get_suite
 from spade_rl.evaluate.results import EvalResult
+from spade_rl.evaluate.sampled import run_suite
 from spade_rl.policy import Policy
+
+if TYPE_CHECKING:
+    from spade_rl.evaluate.config import EvalConfig
+    from spade_rl.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +73,23 @@ def run_eval(
     on_suite: Callable[[str, SuiteResult | None], None] | None = None,
 ) -> EvalResult:
     """Run ``suites`` (registry names, or suites already built) on ``policy``; ``on_suite(name, None)``
-    is called as a suite starts and ``on_suite(name, result)`` when it ends."""
+    is called as a suite starts and ``on_suite(name, result)`` when it ends. With ``ctx.samples`` > 1
+    every suite is sampled (:func:`spade_rl.evaluate.sampled.run_suite`); the result's ``sampling`` is
+    then that of the items' own results (greedy with ``ctx.greedy``) and ``samples`` that of the samples."""
     built = build_suites(suites, ctx.options)
     started = time.perf_counter()
+    primary, samples = ctx.sampling, None
+    if ctx.samples > 1:
+        samples = {**asdict(ctx.sampling), "n": ctx.samples, "greedy": ctx.greedy}
+        if ctx.greedy:
+            primary = replace(ctx.sampling, temperature=0.0)
     result = EvalResult(
         model=model or type(policy).__name__,
         backend=backend or _backend_of(policy),
         seed=ctx.seed,
         limit=ctx.limit,
-        sampling=asdict(ctx.sampling),
+        sampling=asdict(primary),
+        samples=samples,
         spade_rl_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         host=host_info(),
@@ -84,7 +98,7 @@ def run_eval(
         if on_suite is not None:
             on_suite(suite.name, None)
         log.info("evaluating suite %s", suite.name)
-        suite_result = suite.run(policy, ctx)
+        suite_result = run_suite(suite, policy, ctx)
         result.suites[suite.name] = suite_result
         log.info(
             "suite %s: %d/%d correct in %.0f s",
@@ -97,6 +111,14 @@ def run_eval(
             on_suite(suite.name, suite_result)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def evaluate_with_config(
+    policy: Policy, sandbox: Sandbox, config: EvalConfig, *, model: str = "", backend: str = ""
+) -> EvalResult:
+    """``config``'s suites (the ``[eval]`` table) on ``policy``, untrusted code in ``sandbox``: greedy at
+    ``config.max_new_tokens``, or ``config.samples`` samples per item at ``config.temperature``."""
+    return run_eval(policy, list(config.suites), config.context(sandbox), model=model, backend=backend)
 
 
 def _backend_of(policy: Policy) -> str:

@@ -22,43 +22,64 @@ def _ci(ci: tuple[float, float] | None) -> str:
     return "-" if ci is None else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
+def pass_text(pass_at_k: dict[int, float] | None) -> str:
+    """``"pass@1 25.0, pass@2 50.0"`` (percentages); ``"-"`` when not sampled."""
+    if not pass_at_k:
+        return "-"
+    return ", ".join(f"pass@{k} {_pct(v)}" for k, v in pass_at_k.items())
+
+
+def _accuracy_heading(result: EvalResult) -> str:
+    if result.samples is None:
+        return "accuracy %"
+    return "greedy accuracy %" if result.samples.get("greedy") else "accuracy % (first sample)"
+
+
 def results_table(result: EvalResult) -> Table:
-    """One row per suite: items, accuracy with its 95% Wilson interval, headline metrics, time."""
+    """One row per suite: items, accuracy with its 95% Wilson interval, headline metrics, time; a sampled
+    evaluation adds the mean accuracy over samples and pass@k."""
     title = f"{result.model} ({result.backend}), seed {result.seed}, limit {result.limit or 'none'}"
+    sampled = result.samples is not None
+    if sampled:
+        title += f", {result.samples['n']} samples at temperature {result.samples.get('temperature')}"
     table = Table(title=title)
-    for column in ("suite", "version", "n", "correct", "accuracy %", "95% CI", "metrics", "seconds"):
+    columns = ["suite", "version", "n", "correct", _accuracy_heading(result), "95% CI"]
+    columns += ["sample accuracy %", "pass@k %"] if sampled else []
+    for column in [*columns, "metrics", "seconds"]:
         table.add_column(column, overflow="fold")
     for name, suite in result.suites.items():
         metrics = ", ".join(f"{k} {suite.metrics[k]:.3g}" for k in HEADLINE if k in suite.metrics)
-        table.add_row(
-            name,
-            suite.version,
-            str(suite.n),
-            str(suite.correct),
-            _pct(suite.accuracy),
-            _ci(suite.ci),
-            metrics,
-            f"{suite.seconds:.0f}",
-        )
+        cells = [name, suite.version, str(suite.n), str(suite.correct), _pct(suite.accuracy), _ci(suite.ci)]
+        if sampled:
+            cells += [_pct(suite.sample_accuracy), pass_text(suite.pass_at_k)]
+        table.add_row(*cells, metrics, f"{suite.seconds:.0f}")
     return table
 
 
 def categories_table(result: EvalResult) -> Table:
-    """Accuracy per category (``detail["category"]``) of every suite that has categories."""
-    table = Table(title="per category")
-    for column in ("suite", "category", "n", "accuracy %", "95% CI"):
-        table.add_column(column)
-    from spade_rl.evaluate.base import wilson_interval
+    """Accuracy per category (``detail["category"]``) of every suite that has categories (Reasoning Gym:
+    math, algorithmic, cognition, logic), with pass@k when sampled."""
+    from spade_rl.evaluate.base import ItemResult, wilson_interval
+    from spade_rl.evaluate.sampled import pass_at_k_of, sample_means
 
+    sampled = result.samples is not None
+    table = Table(title="per category")
+    columns = ["suite", "category", "n", _accuracy_heading(result), "95% CI"]
+    for column in columns + (["sample accuracy %", "pass@k %"] if sampled else []):
+        table.add_column(column)
     for name, suite in result.suites.items():
-        groups: dict[str, list[bool]] = {}
+        groups: dict[str, list[ItemResult]] = {}
         for item in suite.items:
             category = item.detail.get("category")
             if isinstance(category, str):
-                groups.setdefault(category, []).append(item.correct)
-        for category, flags in groups.items():
-            n, correct = len(flags), sum(flags)
-            table.add_row(name, category, str(n), _pct(correct / n), _ci(wilson_interval(correct, n)))
+                groups.setdefault(category, []).append(item)
+        for category, items in groups.items():
+            n, correct = len(items), sum(i.correct for i in items)
+            cells = [name, category, str(n), _pct(correct / n), _ci(wilson_interval(correct, n))]
+            if sampled:
+                means = sample_means(items)
+                cells += [_pct(None if means is None else means[0]), pass_text(pass_at_k_of(items))]
+            table.add_row(*cells)
     return table
 
 
@@ -67,6 +88,9 @@ def compare_table(rows: list[CompareRow], a: EvalResult, b: EvalResult) -> Table
     table = Table(title=f"A = {a.model} ({a.created})   B = {b.model} ({b.created})")
     columns = ("suite", "category", "n A", "A %", "A 95% CI", "n B", "B %", "B 95% CI", "B - A", "p")
     columns += ("verdict",)
+    sampled = any(row.pass_a or row.pass_b for row in rows)
+    if sampled:
+        columns += ("pass@k % A -> B (not tested)",)
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -78,6 +102,7 @@ def compare_table(rows: list[CompareRow], a: EvalResult, b: EvalResult) -> Table
             verdict = f"[bold]{'better' if (row.diff or 0) > 0 else 'worse'}[/] ({_test_name(row.test)})"
         else:
             verdict = f"within noise ({_test_name(row.test)})"
+        extra = [_pass_change(row)] if sampled else []
         table.add_row(
             row.suite if row.category is None else "",
             row.category or "(all)",
@@ -90,8 +115,19 @@ def compare_table(rows: list[CompareRow], a: EvalResult, b: EvalResult) -> Table
             "-" if row.diff is None else f"{100 * row.diff:+.1f}",
             "-" if row.p_value is None else f"{row.p_value:.3g}",
             verdict,
+            *extra,
         )
     return table
+
+
+def _pass_change(row: CompareRow) -> str:
+    """pass@k of both sides at the k both have: ``"pass@1 20.0 -> 30.0 (+10.0)"``; one side alone as is."""
+    a, b = row.pass_a, row.pass_b
+    if not a or not b:
+        return f"{'A' if a else 'B'} only: {pass_text(a or b)}" if (a or b) else "-"
+    parts = [f"pass@{k} {_pct(a[k])} -> {_pct(b[k])} ({100 * (b[k] - a[k]):+.1f})" for k in a if k in b]
+    text = ", ".join(parts) or "no common k"
+    return f"[yellow]{text}; not comparable: {row.pass_note}[/]" if row.pass_note else text
 
 
 def _test_name(test: str) -> str:

@@ -8,7 +8,9 @@ training, the 95% Wilson interval, and two differences, each tested by
 :func:`spade_rl.evaluate.results.compare` (McNemar's exact test on the paired items, since start and
 end are evaluated on the same items): from the base model (the arm's own start) and from the baseline
 arm (the fixed-pool arm, same seed). A difference whose p-value is not below 0.05 is flagged
-"noise". With several seeds, a row per arm gives the mean score over seeds and its range.
+"noise". With several seeds, a row per arm gives the mean score over seeds and its range. A sampled
+evaluation (``[eval] samples`` > 1) adds each row's pass@k and mean accuracy over samples (shown, not
+tested).
 
 The training summary reads each run's ``metrics.jsonl``: iterations, seconds, designs proposed and
 valid, and the agent's win rate, the fraction of played environments on the frontier and
@@ -74,6 +76,9 @@ def build_comparison(experiment: Experiment, records: list[RunRecord]) -> dict:
             "limit": experiment.evaluation.limit,
             "seed": experiment.evaluation.seed,
             "max_new_tokens": experiment.evaluation.max_new_tokens,
+            "samples": getattr(experiment.evaluation, "samples", 1),
+            "temperature": getattr(experiment.evaluation, "temperature", 0.0),
+            "greedy": getattr(experiment.evaluation, "greedy", True),
             "options": experiment.evaluation.options,
         },
         "suites": suites,
@@ -84,7 +89,11 @@ def build_comparison(experiment: Experiment, records: list[RunRecord]) -> dict:
 def _score(suite) -> dict:
     if suite is None:
         return {"accuracy": None, "ci": None, "n": 0}
-    return {"accuracy": suite.accuracy, "ci": list(suite.ci), "n": suite.n}
+    score = {"accuracy": suite.accuracy, "ci": list(suite.ci), "n": suite.n}
+    if suite.samples:  # a sampled evaluation: pass@k (keys are text, as JSON has them)
+        score["pass_at_k"] = {str(k): v for k, v in suite.pass_at_k.items()}
+        score["sample_accuracy"] = suite.sample_accuracy
+    return score
 
 
 def _difference(a: EvalResult, b: EvalResult, suite: str) -> dict | None:
@@ -172,11 +181,18 @@ def to_markdown(comparison: dict) -> str:
     """The comparison as Markdown: the setting, a table per suite, the training summary, the figure."""
     evaluation = comparison["eval"]
     baseline = comparison["baseline"]
+    samples = evaluation.get("samples", 1)  # comparisons written before sampled evaluation have none
+    if samples > 1:
+        how = f"{samples} samples per item at temperature {evaluation.get('temperature')}" + (
+            ", scores greedy" if evaluation.get("greedy", True) else ", scores of the first sample"
+        )
+    else:
+        how = "greedy" if not evaluation.get("temperature") else f"temperature {evaluation['temperature']}"
     out = [
         f"# Experiment {comparison['name']}",
         "",
         f"Budget: {comparison['budget']}; seeds: {', '.join(map(str, comparison['seeds']))}. "
-        f"Evaluation (greedy, at most {evaluation['max_new_tokens']} new tokens): suites "
+        f"Evaluation ({how}, at most {evaluation['max_new_tokens']} new tokens): suites "
         f"{', '.join(evaluation['suites'])}, limit {evaluation['limit']}, seed {evaluation['seed']}.",
         "",
         "Scores are the percentage of items fully right, with a 95% Wilson interval. Differences are in "
@@ -188,18 +204,22 @@ def to_markdown(comparison: dict) -> str:
         header = ["arm", "seed", "score %", "95% CI", "n", "vs base (pp)"]
         if baseline:
             header.append(f"vs {baseline} (pp)")
+        sampled = any("pass_at_k" in r for r in table["base"] + table["rows"])
+        if sampled:
+            header += ["sample accuracy %", "pass@k %"]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         several = len(table["base"]) > 1
         for base in table["base"]:
             label = "base model" + (f" ({', '.join(base['arms'])})" if several else "")
             cells = [label, "-", _pct(base["accuracy"]), _ci(base["ci"]), str(base["n"]), ""]
-            out.append("| " + " | ".join(cells + ([""] if baseline else [])) + " |")
+            cells += [""] if baseline else []
+            out.append("| " + " | ".join(cells + (_pass_cells(base) if sampled else [])) + " |")
         for row in table["rows"]:
             cells = [row["arm"], str(row["seed"]), _pct(row["accuracy"]), _ci(row["ci"]), str(row["n"])]
             cells.append(_diff(row["vs_base"]))
             if baseline:
                 cells.append("" if row["arm"] == baseline else _diff(row["vs_baseline"]))
-            out.append("| " + " | ".join(cells) + " |")
+            out.append("| " + " | ".join(cells + (_pass_cells(row) if sampled else [])) + " |")
         if table["means"]:
             out += [
                 "",
@@ -226,6 +246,13 @@ def to_markdown(comparison: dict) -> str:
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "![training curves](curves.png)", ""]
     return "\n".join(out)
+
+
+def _pass_cells(score: dict) -> list[str]:
+    """Mean accuracy over samples and ``pass@1 25.0, pass@2 50.0`` of a row; dashes when not sampled."""
+    passes = score.get("pass_at_k") or {}
+    text = ", ".join(f"pass@{k} {_pct(v)}" for k, v in passes.items()) or "-"
+    return [_pct(score.get("sample_accuracy")), text]
 
 
 def _pct(value: float | None) -> str:
