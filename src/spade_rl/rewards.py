@@ -72,8 +72,16 @@ class DesignerRewardConfig:
     # many agent samples over a regeneration window.
     scale: str = "none"
     max_scale: float = 50.0
+    # True: a design whose reward is negative (a timeout's penalty) is left out of the designer's update
+    # instead of weighing on its group's mean (the reference masks negative blends: spare/core/utils/
+    # delayed_env_rewards.py, "Games with blend < 0 are masked from the proposer update").
+    mask_negative: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mask_negative, bool):
+            raise ValueError(
+                f"designer reward mask_negative must be true or false, got {self.mask_negative!r}"
+            )
         if self.scale not in DESIGNER_SCALES:
             raise ValueError(f"designer reward scale {self.scale!r} is not one of {list(DESIGNER_SCALES)}")
         if not self.max_scale >= 1.0:

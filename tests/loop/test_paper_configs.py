@@ -15,6 +15,7 @@ TOOLS = "cmd/tool_use/_train_spade_blend.sh"
 SLIME = "slime's argument defaults (--tis-clip 2.0)"
 REWARDS = "spare/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
 MEMORY = "spare/core/env_memory.py (EnvironmentMemory)"
+DELAYED = "spare/core/utils/delayed_env_rewards.py (negative blends masked)"
 SCALE = "spare/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -42,6 +43,7 @@ REFERENCE = [
     ("rewards.plateau_ramp", 0.25, 0.25, GAMES, TOOLS),
     ("rewards.timeout_penalty", -0.5, -0.5, REWARDS, REWARDS),
     ("rewards.scale", "reference", "reference", SCALE, SCALE),
+    ("rewards.mask_negative", True, True, DELAYED, DELAYED),
     ("rewards.max_scale", 50.0, 50.0, SCALE, SCALE),
     ("train.learning_rate", 1e-6, 1e-6, GAMES, TOOLS),
     ("train.lr_scheduler_type", "constant", "constant", GAMES, TOOLS),

@@ -123,3 +123,40 @@ def test_the_designers_advantages_are_scaled_as_the_reference_scales_them():
     )
     assert [s.advantage for s in batch.designer] == pytest.approx([8.0 * s.advantage for s in plain.designer])
     assert any(s.advantage != 0 for s in plain.designer)
+
+
+def test_negative_designer_rewards_are_masked_when_asked():
+    """rewards.mask_negative: a timed-out design (reward -0.5) is left out of the designer's group."""
+    from types import SimpleNamespace
+
+    from spade_rl.design.validate import ValidationReport
+    from spade_rl.loop.config import load_config
+    from spade_rl.loop.run import SelfPlay
+
+    generation = Generation(
+        text="x",
+        prompt_token_ids=(1,),
+        completion_token_ids=(2,),
+        completion_logprobs=(-1.0,),
+        finish_reason="stop",
+    )
+    timeout = Design(
+        Proposal("math", None, (), [], generation, Parsed("ok")), ValidationReport(False, "timeout"), 1, False
+    )
+    invalid = Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, 2, False)
+    both = [timeout, invalid]
+    plain = SelfPlay._batch(
+        SimpleNamespace(config=load_config(None, ["rewards.progress_bonus=0.0"])), both, []
+    )
+    masked = SelfPlay._batch(
+        SimpleNamespace(
+            config=load_config(None, ["rewards.progress_bonus=0.0", "rewards.mask_negative=true"])
+        ),
+        both,
+        [],
+    )
+    assert len(plain.designer) == 2 and plain.designer_reward_mean == -0.25  # -0.5 and 0
+    assert masked.designer_masked == 1 and masked.designer_groups == 1 and masked.designer_reward_mean == 0.0
+    assert masked.designer == []  # one design left: no signal in its group, dropped
+    metrics = iteration_metrics(both, [], masked, UpdateResult(skipped=True), (0.15, 0.85))
+    assert metrics["designer/masked_negative"] == 1

@@ -240,6 +240,9 @@ class SelfPlay:
             else:
                 checks = design.report.checks if design.report is not None else ()
                 reward = invalid_design_reward(design.reason, rewards_config, checks)
+            if reward < 0 and rewards_config.mask_negative:
+                batch.designer_masked += 1
+                continue
             rewarded.append((design, reward))
         if rewarded:
             batch.designer_reward_mean = sum(r for _, r in rewarded) / len(rewarded)

@@ -126,6 +126,7 @@ class TrainingBatch:
     designer_zero_signal: int = 0
     designer_reward_mean: float | None = None
     designer_scale: float = 1.0  # the factor of the designer's advantages (rewards.scale)
+    designer_masked: int = 0  # designs left out for a negative reward (rewards.mask_negative)
     designer_trains: bool = True  # False: the designer's samples are rewarded but kept out of the update
 
     @property
@@ -183,6 +184,8 @@ def iteration_metrics(
     if not batch.designer_trains:
         metrics["samples/designer_untrained"] = len(batch.designer)
     metrics["designer/reward_mean"] = batch.designer_reward_mean
+    if batch.designer_masked:
+        metrics["designer/masked_negative"] = batch.designer_masked
     if batch.designer_scale != 1.0:
         metrics["designer/advantage_scale"] = batch.designer_scale
     metrics["groups/total"] = batch.agent_groups + batch.designer_groups
