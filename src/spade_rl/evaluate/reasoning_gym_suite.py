@@ -4,6 +4,9 @@
     spade-rl eval --suite reasoning_gym --option reasoning_gym.logic=aiw,zebra_puzzles \
         --option reasoning_gym.math=        # an empty family is left out
 
+    spade-rl eval --suite reasoning_gym --option reasoning_gym.split=paper_hard --limit 8 \
+        --samples 8 --temperature 0.6   # the paper's hard split, pass@k beside greedy accuracy
+
     suite = ReasoningGymSuite(math=("basic_arithmetic", "gcd"), algorithmic=(), cognition=(), logic=())
     result = suite.run(policy, ctx)     # ctx.limit items per task (items_per_task without a limit)
 
@@ -28,6 +31,14 @@ can be made to hang (``Fraction("1e999999999")`` in coin_flip). A sandbox worker
 
 The default tasks are procedural (no data download), have a single reference answer (so the
 ground-truth test can check them) and short prompts (cheap to generate from on a CPU).
+
+``split=paper_hard`` evaluates the hard split of the paper's appendix instead: 100 tasks, each generated
+with its hard configuration, in the four families the paper rolls its results up into (the table and
+where it comes from: :mod:`spade_rl.evaluate._rg_paper_hard`). A family option then selects tasks of
+that family of the split (every task of it when not given); tasks the installed reasoning-gym lacks are
+skipped with a warning naming them. The category of an item is its family, so the per-category
+accuracy (and pass@k) are the Math / Algorithmic / Cognition / Logic roll-ups. The paper plays 8
+episodes per task at temperature 0.6, each a question of its own: ``--limit 8 --temperature 0.6``.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from typing import Any, ClassVar
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
+from spade_rl.evaluate._rg_paper_hard import PAPER_HARD, PAPER_HARD_CONFIGS
 from spade_rl.evaluate.base import (
     EvalContext,
     ItemResult,
@@ -67,6 +79,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "logic": ("aiw", "syllogism", "knights_knaves"),
 }
 ANSWER_FORMATS = ("boxed", "answer")
+SPLITS = ("default", "paper_hard")  # default: FAMILIES, default configs; paper_hard: the paper's hard split
 SYSTEM_PROMPTS = {
     "boxed": (
         "Solve the problem. Reason step by step if it helps, then give your final answer inside "
@@ -103,10 +116,11 @@ class ReasoningGymScorerEnv:
     def step(self, action):
         try:
             request = json.loads(action)
-            key = (request["task"], request["seed"], request["size"])
+            config = request.get("config") or {}
+            key = (request["task"], request["seed"], request["size"], json.dumps(config, sort_keys=True))
             if key not in self._datasets:
                 self._datasets[key] = reasoning_gym.create_dataset(
-                    request["task"], seed=request["seed"], size=request["size"]
+                    request["task"], seed=request["seed"], size=request["size"], **config
                 )
             score = float(self._datasets[key].score_answer(request["answer"], request["entry"]))
             if not math.isfinite(score):
@@ -125,6 +139,7 @@ class ReasoningGymSuite(Suite):
     name: ClassVar[str] = "reasoning_gym"
     OPTIONS: ClassVar[dict[str, Any]] = {
         **FAMILIES,
+        "split": "default",  # default, or paper_hard: the 100 tasks of the paper's appendix, hard configs
         "items_per_task": 50,  # items per task when the evaluation has no limit
         "answer_format": "boxed",  # boxed: \boxed{...}; answer: <answer>...</answer>
         "score_timeout_s": 5.0,  # deadline of one scoring call in the sandbox
@@ -132,6 +147,15 @@ class ReasoningGymSuite(Suite):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        self.configs: dict[str, dict] = {}  # task -> keyword arguments of create_dataset
+        self.skipped: list[str] = []  # tasks of the split that the installed reasoning-gym lacks
+        if self.options["split"] not in SPLITS:
+            raise ValueError(
+                f"option reasoning_gym.split {self.options['split']!r} is not allowed; allowed: "
+                f"{', '.join(SPLITS)}"
+            )
+        if self.options["split"] == "paper_hard":
+            self._choose_paper_hard(given=set(options) & set(FAMILIES))
         seen: dict[str, str] = {}
         for family in FAMILIES:
             for task in self.options[family]:
@@ -153,6 +177,30 @@ class ReasoningGymSuite(Suite):
         if self.options["items_per_task"] < 1 or self.options["score_timeout_s"] <= 0:
             raise ValueError("options reasoning_gym.items_per_task and score_timeout_s must be positive")
 
+    def _choose_paper_hard(self, given: set[str]) -> None:
+        """The families' tasks from the paper's hard split (a family option given selects from its
+        family), with their hard configurations; tasks this reasoning-gym lacks are skipped, warned of."""
+        for family in FAMILIES:
+            split = PAPER_HARD[family]
+            chosen = self.options[family] if family in given else split
+            foreign = [task for task in chosen if task not in split]
+            if foreign:
+                raise ValueError(
+                    f"option reasoning_gym.{family}: {foreign} not in the {family} family of the paper_hard "
+                    f"split; its tasks: {', '.join(split)}"
+                )
+            missing = [task for task in chosen if task not in DATASETS]
+            self.skipped += missing
+            self.options[family] = tuple(task for task in chosen if task in DATASETS)
+        if self.skipped:
+            log.warning(
+                "reasoning_gym split paper_hard: the installed %s lacks %d task(s), skipped: %s",
+                version(),
+                len(self.skipped),
+                ", ".join(self.skipped),
+            )
+        self.configs = {task: PAPER_HARD_CONFIGS[task] for _, task in self.tasks()}
+
     def version(self) -> str:
         return version()
 
@@ -167,7 +215,9 @@ class ReasoningGymSuite(Suite):
         for family, task in self.tasks():
             seed = task_seed(ctx.seed, task)
             try:
-                dataset = reasoning_gym.create_dataset(task, seed=seed, size=size)
+                dataset = reasoning_gym.create_dataset(
+                    task, seed=seed, size=size, **self.configs.get(task, {})
+                )
                 entries = [dataset[i] for i in range(size)]
             except Exception as exc:
                 raise ValueError(f"Reasoning Gym task {task!r} could not generate items: {exc}") from exc
@@ -180,6 +230,7 @@ class ReasoningGymSuite(Suite):
                         "size": size,
                         "index": index,
                         "entry": entry,
+                        "config": self.configs.get(task, {}),
                     }
                 )
         return out
@@ -216,7 +267,12 @@ class ReasoningGymSuite(Suite):
             results,
             metrics=_metrics(results),
             config={
-                **{k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()},
+                **{
+                    k: list(v) if isinstance(v, tuple) else v
+                    for k, v in self.options.items()
+                    if (k, v) != ("split", "default")  # as in results written before the option
+                },
+                **({"skipped": list(self.skipped)} if self.skipped else {}),
                 "seed": ctx.seed,
                 "limit": ctx.limit,
                 "items_per_task": ctx.limit or self.options["items_per_task"],
@@ -288,6 +344,7 @@ class _Scorer:
             "size": item["size"],
             "entry": item["entry"],
             "answer": answer,
+            "config": item.get("config", {}),
         }
         try:
             action = json.dumps(request, allow_nan=False)
