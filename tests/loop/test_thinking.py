@@ -41,6 +41,24 @@ THINKING_TEMPLATE = CHATML + (
 OPENING_TEMPLATE = THINKING_TEMPLATE.replace(
     "{% endif %}{% endif %}", "{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}"
 )
+# Like Qwen3's: the last assistant turn is written with its thinking block, earlier ones without.
+REWRITING_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{%- set content = m.content %}{%- set thought = '' %}"
+    "{%- if '</think>' in content %}"
+    "{%- set thought = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or thought) %}"
+    "{{ '<|im_start|>assistant\\n<think>\\n' + thought + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
+)
 VALID_DESIGN = (Path(__file__).parents[1] / "design" / "designs" / "valid_multi_turn.py").read_text()
 SETTINGS = ValidationSettings(call_timeout_s=1.0)
 
@@ -103,6 +121,23 @@ def test_the_agent_thinks_in_its_tokens_and_the_environment_reads_the_action(san
     assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs)
     rendered = tokenizer.apply_chat_template(episode.messages, tokenize=False, enable_thinking=True)
     assert tokenizer.decode(episode.token_ids) == rendered.rstrip("\n")
+
+
+def test_a_template_that_drops_past_thinking_still_plays_token_exact(sandbox, tokenizer):
+    """Qwen3's template writes past turns without their thinking: the conversation keeps what the model
+    saw (its thinking included), and each observation is appended as the template writes it."""
+    rewriting = with_template(tokenizer, REWRITING_TEMPLATE)
+    policy = FakePolicy(thinking_guesser, tokenizer=rewriting)
+    [episode] = run_episodes(
+        policy, sandbox, [EpisodeSpec(reference.source("guess"), seed=5)], RolloutConfig(thinking="on")
+    )
+    assert episode.won and len(episode.turns) > 1
+    plain = with_template(tokenizer, CHATML)  # every message as it is, thinking included
+    assert (
+        rewriting.decode(episode.token_ids)
+        == plain.apply_chat_template(episode.messages, tokenize=False)[:-1]
+    )
+    assert model_text(episode, rewriting) == "".join(t.text + rewriting.eos_token for t in episode.turns)
 
 
 def test_thinking_off_closes_an_empty_block_before_every_turn(sandbox, thinking_tokenizer):

@@ -144,3 +144,58 @@ def _settings():
     from spade_rl.policy import SamplingSettings
 
     return SamplingSettings(max_new_tokens=8)
+
+
+# Like Qwen3's: the last assistant turn after the last user message is written with its thinking block
+# (an empty one when it has none), earlier turns without: a conversation is not a prefix of its continuation.
+REWRITING_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}"
+    "{%- set content = m.content %}{%- set thought = '' %}"
+    "{%- if '</think>' in content %}"
+    "{%- set thought = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or thought) %}"
+    "{{ '<|im_start|>assistant\\n<think>\\n' + thought + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
+)
+# Rewrites the last assistant turn too, and moves the system prompt into the first user message (as
+# Gemma's does): no suffix can be appended.
+MERGING_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'system' %}"
+    "{%- elif loop.index0 == 1 and messages[0].role == 'system' %}"
+    "{{ '<|im_start|>' + m.role + '\\n' + messages[0].content + ' ' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + ('!' if loop.last else '')"
+    " + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+TURN = [
+    {"role": "system", "content": "Play."},
+    {"role": "user", "content": "Start."},
+    {"role": "assistant", "content": "<think>\nhm\n</think>\n\n\\boxed{1}"},
+]
+
+
+@pytest.mark.parametrize("thinking", [None, False])
+def test_render_suffix_of_a_template_that_rewrites_past_turns(tokenizer, thinking):
+    policy = FakePolicy(["ok"], tokenizer=with_template(tokenizer, REWRITING_TEMPLATE))
+    grown = [*TURN, {"role": "user", "content": "Again."}]
+    head = policy.render(TURN, add_generation_prompt=False)
+    assert policy.render(grown)[: len(head)] != head  # the template rewrote the turn
+    suffix = policy.tokenizer.decode(policy.render_suffix(TURN, grown, thinking=thinking))
+    expected = "<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n"
+    assert suffix == expected + ("<think>\n\n</think>\n\n" if thinking is False else "")
+
+
+def test_render_suffix_refuses_a_template_whose_suffix_cannot_be_told(tokenizer):
+    policy = FakePolicy(["ok"], tokenizer=with_template(tokenizer, MERGING_TEMPLATE))
+    with pytest.raises(PolicyError, match="prefix of its continuation"):
+        policy.render_suffix(TURN, [*TURN, {"role": "user", "content": "Again."}])

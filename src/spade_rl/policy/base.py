@@ -289,7 +289,13 @@ class Policy:
     ) -> list[int]:
         """The tokens the template adds after ``previous`` (rendered without a generation prompt) when the
         chat grows to ``messages``: what the rollout layer appends after a turn. ``previous`` must be a prefix
-        of ``messages``; a template that rewrites earlier turns (some strip past reasoning) raises
+        of ``messages``.
+
+        A template that rewrites earlier turns (Qwen3's drops the thinking of past turns, and writes an empty
+        ``<think></think>`` block only in the last one) renders ``previous`` differently once it grows. Then
+        the added messages (no assistant turn among them) are rendered after the first message alone, and
+        those tokens are taken when they are also how the whole conversation ends (a template that moves the
+        first message into the next, as Gemma's does with a system prompt, fails that check); otherwise
         ``PolicyError``.
         """
         before, after = check_chats([previous, messages])
@@ -297,12 +303,21 @@ class Policy:
             raise ValueError("render_suffix: previous must be the first messages of messages")
         head = self._render(before, add_generation_prompt=False, thinking=thinking)[1]
         full = self._render(after, add_generation_prompt=add_generation_prompt, thinking=thinking)[1]
-        if full[: len(head)] != head:
-            raise PolicyError(
-                "this chat template does not render a conversation as a prefix of its continuation; "
-                "re-render whole chats instead of appending suffixes"
+        if full[: len(head)] == head:
+            return full[len(head) :]
+        added = after[len(before) :]
+        if before and added and all(m["role"] != "assistant" for m in added):
+            anchor = self._render(after[:1], add_generation_prompt=False, thinking=thinking)[1]
+            grown = self._render(
+                after[:1] + added, add_generation_prompt=add_generation_prompt, thinking=thinking
             )
-        return full[len(head) :]
+            suffix = grown[1][len(anchor) :]
+            if grown[1][: len(anchor)] == anchor and suffix and full[-len(suffix) :] == suffix:
+                return suffix
+        raise PolicyError(
+            "this chat template does not render a conversation as a prefix of its continuation; "
+            "re-render whole chats instead of appending suffixes"
+        )
 
     def _render(
         self, messages: list[dict[str, Any]], *, add_generation_prompt: bool, thinking: bool | None = None
