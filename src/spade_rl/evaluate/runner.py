@@ -28,7 +28,7 @@ from spade_rl import __version__
 from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult, get_suite
 from spade_rl.evaluate.results import EvalResult
 from spade_rl.evaluate.sampled import run_suite
-from spade_rl.policy import Policy
+from spade_rl.policy import Policy, SamplingSettings
 
 if TYPE_CHECKING:
     from spade_rl.evaluate.config import EvalConfig
@@ -80,7 +80,7 @@ def run_eval(
     started = time.perf_counter()
     primary, samples = ctx.sampling, None
     if ctx.samples > 1:
-        samples = {**asdict(ctx.sampling), "n": ctx.samples, "greedy": ctx.greedy}
+        samples = {**_settings(ctx.sampling), "n": ctx.samples, "greedy": ctx.greedy}
         if ctx.greedy:
             primary = replace(ctx.sampling, temperature=0.0)
     result = EvalResult(
@@ -88,7 +88,7 @@ def run_eval(
         backend=backend or _backend_of(policy),
         seed=ctx.seed,
         limit=ctx.limit,
-        sampling=asdict(primary),
+        sampling=_settings(primary),
         samples=samples,
         spade_rl_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -119,6 +119,11 @@ def evaluate_with_config(
     """``config``'s suites (the ``[eval]`` table) on ``policy``, untrusted code in ``sandbox``: greedy at
     ``config.max_new_tokens``, or ``config.samples`` samples per item at ``config.temperature``."""
     return run_eval(policy, list(config.suites), config.context(sandbox), model=model, backend=backend)
+
+
+def _settings(settings: SamplingSettings) -> dict:
+    """The settings as a result file holds them (tuples as lists), so that a result read back equals it."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
 
 
 def _backend_of(policy: Policy) -> str:
