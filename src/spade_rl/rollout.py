@@ -295,10 +295,13 @@ def _play(
             ids = list(generation.completion_token_ids or [])
             logprobs = list(generation.completion_logprobs) if generation.completion_logprobs else None
             episodes[i].append(ids, model=True, logprobs=logprobs)
-            text = prefixes.text(episodes[i].spec.setting) + generation.text
+            prefix = prefixes.text(episodes[i].spec.setting)
+            text = prefix + generation.text
             episodes[i].messages.append({"role": "assistant", "content": text})  # the transcript: all of it
             texts.append(text)
-            actions.append(strip_thinking(text, opened=tail.opened))  # what the environment reads
+            # What the environment reads. A forced opening starts the action itself: a <think> that the
+            # generation prompt left open is not taken to run on through it.
+            actions.append(strip_thinking(text, opened=tail.opened and not prefix))
         steps = sandbox.call_many(
             [(handles[i], "step", {"action": a}) for i, a in zip(live, actions, strict=True)],
             config.call_timeout_s,

@@ -161,6 +161,14 @@ def test_thinking_off_closes_an_empty_block_before_every_turn(sandbox, thinking_
     assert model_text(default, thinking_tokenizer) == model_text(episode, thinking_tokenizer)
 
 
+def test_a_forced_opening_starts_the_action_even_where_the_prompt_opened_thinking(sandbox, tokenizer):
+    opening = with_template(tokenizer, OPENING_TEMPLATE)  # its default: the prompt opens <think>
+    policy = FakePolicy(lambda chat: "50}", tokenizer=opening)
+    config = RolloutConfig(max_turns=2, action_prefix={"games": "\\boxed{"}, action_stop={"games": ["}"]})
+    [episode] = run_episodes(policy, sandbox, [EpisodeSpec(reference.source("guess"), seed=5)], config)
+    assert [t.action for t in episode.turns] == ["\\boxed{50}"] * 2
+
+
 def test_a_template_without_the_switch_is_refused_before_anything_plays(sandbox, tokenizer):
     policy = FakePolicy(lambda chat: "\\boxed{50}", tokenizer=tokenizer)
     with pytest.raises(PolicyError, match=r"rollout\.thinking = 'off'.*no thinking switch"):

@@ -286,7 +286,9 @@ def design_environments(
         generations = policy.generate(chats, sampling, thinking=thinking)
         parse = parse_design
     rules = config.prompt.hint
-    opened = opens_thinking(policy, thinking)  # the parser reads the text without the thinking
+    # The parser reads the text without the thinking. A forced opening (form "question") starts the
+    # answer itself: a <think> that the generation prompt left open is not taken to run on through it.
+    opened = config.form != "question" and opens_thinking(policy, thinking)
     parsed = [
         parse(
             strip_thinking(g.text, opened=opened),
