@@ -253,3 +253,19 @@ def test_the_tiny_model_plays_with_thinking_on_through_the_sandbox(sandbox, toke
         assert model_ids and all(lp < 0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
         # The model's tokens are its completions, untouched: decoding them gives the transcript's texts.
         assert opening.decode(model_ids, skip_special_tokens=True) == "".join(texts)
+
+
+def test_a_run_refuses_thinking_on_a_template_without_the_switch_before_anything_runs(tmp_path):
+    from fixture_envs import SMALL
+    from spade_rl.loop.config import load_config
+    from spade_rl.loop.run import SelfPlay
+    from spade_rl.policy import PolicyError, tiny_random_model
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+
+    model, tokenizer = tiny_random_model(seed=0)
+    config = load_config(None, [*SMALL, "rollout.thinking='on'"], processes=1)
+    with pytest.raises(
+        PolicyError, match=r"rollout\.thinking = 'on', but the chat template .* has no thinking switch"
+    ):
+        SelfPlay(config, tmp_path / "run", policy=TransformersPolicy(model, tokenizer))
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -54,6 +54,7 @@ from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, Upda
 from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
+from spade_rl.policy.thinking import thinking_flag
 from spade_rl.rewards import (
     centred_advantages,
     designer_reward,
@@ -86,6 +87,9 @@ class SelfPlay:
         self.next_iteration = 1
         self.files = RunDirectory.open(self.run_dir) if resume else RunDirectory.create(self.run_dir, config)
         self.policy = policy if policy is not None else make_policy(config.policy)
+        # Thinking on/off needs a template with the switch: refused now, not at the first design or turn.
+        thinking_flag(self.policy, config.rollout.thinking, key="rollout.thinking")
+        thinking_flag(self.policy, config.design.thinking, key="design.thinking")
         self.corpus = Corpus.from_config(config.corpus)
         # The designer's warm-up (from the cache after the first time): the starting weights of every role.
         warmup = warm_up(self.policy, config.warmup, config.design, self.corpus)
