@@ -331,3 +331,24 @@ def test_experiment_tables_show_pass_at_k():
     }
     text = to_markdown(old)
     assert "Evaluation (greedy," in text and "pass@k" not in text
+
+
+def test_the_command_line_writes_a_sampled_result(monkeypatch, tokenizer, tmp_path):
+    from spade_rl import cli
+
+    monkeypatch.setattr(cli.console, "width", 250)
+    answers = iter(["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"] * 4)
+    policy = FakePolicy(lambda chat: next(answers), tokenizer=tokenizer)
+    monkeypatch.setattr(spade_rl.policy, "make_policy", lambda config: policy)
+    out = tmp_path / "sampled.json"
+    args = ["eval", "--suite", "reasoning_gym", "--limit", "1", "--samples", "2", "--temperature", "0.5"]
+    args += ["--option", "reasoning_gym.math=leg_counting", "--option", "reasoning_gym.algorithmic="]
+    args += ["--option", "reasoning_gym.cognition=", "--option", "reasoning_gym.logic=", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    saved = EvalResult.read(out)
+    assert saved.samples["n"] == 2 and saved.samples["temperature"] == 0.5
+    assert [settings.temperature for _, settings in policy.calls] == [0.0, 0.5, 0.5]
+    suite = saved.suites["reasoning_gym"]
+    assert suite.samples == 2 and sorted(suite.pass_at_k) == [1, 2]
+    assert "pass@1" in result.output and "greedy accuracy %" in result.output

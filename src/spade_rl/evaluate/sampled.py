@@ -10,8 +10,9 @@ d-th run with ``ctx.draw = d``: the items are the same in every run (selection d
 alone) and only the generation seeds change. With ``ctx.greedy`` it is run once more at temperature 0
 first. The runs are merged item by item (their ids must agree): each item keeps its own result from the
 greedy run (or, without one, from the first sample) and gains ``samples``, the (correct, score) pair of
-every sampled run. The suite's pass@k (k = 1, 2, 4, ... and N) and its mean accuracy over the samples
-are derived from those pairs (:class:`~spade_rl.evaluate.base.SuiteResult`).
+every sampled run. The suite's metrics, options and responses are those of that same run; its pass@k
+(k = 1, 2, 4, ... and N) and its mean accuracy over the samples are derived from the pairs
+(:class:`~spade_rl.evaluate.base.SuiteResult`), per category too (Reasoning Gym's families).
 
 pass@k is the probability that at least one of k samples drawn without replacement from an item's n is
 correct, the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code",
