@@ -91,3 +91,27 @@ def test_hard_items_are_generated_with_their_configuration_and_score_in_the_sand
     assert {i.detail["category"] for i in result.items} == {"math", "algorithmic", "logic"}
     wrong = suite.run(FakePolicy(lambda chat: "\\boxed{-1}"), ctx)
     assert wrong.correct == 0 and not any(i.detail.get("reason") == "scorer_error" for i in wrong.items)
+
+
+def test_codeio_items_are_generated_in_the_sandbox_not_here(monkeypatch, pool):
+    # codeio runs code snippets shipped with reasoning-gym to make its items: never in this process.
+    real = reasoning_gym_suite.reasoning_gym.create_dataset
+
+    def guarded(task, **kw):
+        assert task != "codeio", "codeio items generated in the trusted process"
+        return real(task, **kw)
+
+    monkeypatch.setattr(reasoning_gym_suite.reasoning_gym, "create_dataset", guarded)
+    suite = ReasoningGymSuite(split="paper_hard", **{**ONLY, "algorithmic": "codeio,ab"})
+    ctx = EvalContext(limit=2, seed=0, sampling=GREEDY, sandbox=pool)
+    items = suite.items(ctx)
+    assert [i["task"] for i in items] == ["codeio", "codeio", "ab", "ab"]
+    codeio = [i for i in items if i["task"] == "codeio"]
+    assert all(i["entry"]["question"] and i["config"] == {"difficulty": 7} for i in codeio)
+    assert [i["entry"]["question"] for i in suite.items(ctx)[:2]] == [i["entry"]["question"] for i in codeio]
+    by_question = {i["entry"]["question"]: i for i in items}
+    truth = FakePolicy(lambda chat: f"<answer>{by_question[chat[-1]['content']]['entry']['answer']}</answer>")
+    result = ReasoningGymSuite(
+        split="paper_hard", answer_format="answer", **{**ONLY, "algorithmic": "codeio,ab"}
+    ).run(truth, ctx)
+    assert [i.detail["task"] for i in result.items if i.correct] == ["codeio", "codeio", "ab", "ab"]
