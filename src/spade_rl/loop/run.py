@@ -35,7 +35,6 @@ GRPO on the fixed pool), ``"frozen"`` designs with a model that is never trained
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import random
 import time
@@ -360,24 +359,17 @@ class SelfPlay:
 
 
 def evaluate_policy(policy: Policy, sandbox: Sandbox, config: EvalConfig, model: str, backend: str):
-    """``config``'s suites on ``policy`` (greedy, ``config.max_new_tokens``), untrusted code in ``sandbox``:
-    the evaluation of the loop and of ``spade-rl experiment``. Returns an ``EvalResult``."""
-    from spade_rl.evaluate import GREEDY, EvalContext
-    from spade_rl.evaluate.runner import run_eval
+    """``config``'s suites on ``policy`` (greedy at ``config.max_new_tokens``, or ``config.samples`` samples
+    per item at ``config.temperature``), untrusted code in ``sandbox``: the evaluation of the loop and of
+    ``spade-rl experiment``. Returns an ``EvalResult``."""
+    from spade_rl.evaluate.runner import evaluate_with_config
 
-    ctx = EvalContext(
-        limit=config.limit,
-        seed=config.seed,
-        sampling=dataclasses.replace(GREEDY, max_new_tokens=config.max_new_tokens),
-        sandbox=sandbox,
-        batch_size=config.batch_size,
-        options={name: dict(options) for name, options in config.options.items()},
-    )
-    return run_eval(policy, list(config.suites), ctx, model=model, backend=backend)
+    return evaluate_with_config(policy, sandbox, config, model=model, backend=backend)
 
 
 def eval_metrics(result) -> dict:
-    """``eval/<suite>/accuracy``, ``ci_low``, ``ci_high`` and ``n`` of every suite of an EvalResult."""
+    """``eval/<suite>/accuracy``, ``ci_low``, ``ci_high`` and ``n`` of every suite of an EvalResult, and with
+    sampling its ``pass@k`` and ``sample_accuracy``."""
     metrics: dict = {}
     for name, suite in result.suites.items():
         low, high = suite.ci
@@ -385,6 +377,10 @@ def eval_metrics(result) -> dict:
         metrics[f"eval/{name}/ci_low"] = low
         metrics[f"eval/{name}/ci_high"] = high
         metrics[f"eval/{name}/n"] = suite.n
+        for k, value in (getattr(suite, "pass_at_k", None) or {}).items():
+            metrics[f"eval/{name}/pass@{k}"] = value
+        if getattr(suite, "sample_accuracy", None) is not None:
+            metrics[f"eval/{name}/sample_accuracy"] = suite.sample_accuracy
     return metrics
 
 
