@@ -100,7 +100,7 @@ def test_eval_settings_are_checked_before_anything_runs():
         "eval.suites=[]": r"eval.suites must name at least one suite",
         "eval.options.reasoning_gym.math=['gcd']": r"eval.options.reasoning_gym: options for a suite",
         "eval.options.envs=3": r"eval.options.envs must be a table",
-        "eval.colour=1": r"unknown key eval.colour; allowed keys of \[eval\]: batch_size, every, limit",
+        "eval.colour=1": r"unknown key eval.colour; allowed keys of \[eval\]: batch_size, every, greedy",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError, match=message):
@@ -111,3 +111,21 @@ def test_eval_settings_are_checked_before_anything_runs():
     with pytest.raises(ConfigError, match=r"unknown reference environment\(s\) \['chess'\]"):
         load_config(None, ["eval.every=1", "eval.options.envs.envs=['chess']"])
     assert load_config(None, ["eval.every=3"]).eval.every == 3
+
+
+def test_in_loop_metrics_carry_pass_at_k_when_the_evaluation_samples():
+    from types import SimpleNamespace
+
+    from spade_rl.loop.run import eval_metrics
+
+    sampled = SimpleNamespace(
+        ci=(0.1, 0.9), accuracy=0.5, n=4, pass_at_k={1: 0.25, 2: 0.5}, sample_accuracy=0.25
+    )
+    greedy = SimpleNamespace(ci=(0.0, 0.6), accuracy=0.25, n=4, pass_at_k={}, sample_accuracy=None)
+    metrics = eval_metrics(SimpleNamespace(suites={"envs": sampled, "bfcl": greedy}))
+    assert metrics["eval/envs/pass@1"] == 0.25 and metrics["eval/envs/pass@2"] == 0.5
+    assert metrics["eval/envs/sample_accuracy"] == 0.25 and metrics["eval/envs/accuracy"] == 0.5
+    assert (
+        not any(key.startswith("eval/bfcl/pass@") for key in metrics)
+        and "eval/bfcl/sample_accuracy" not in metrics
+    )
