@@ -153,24 +153,27 @@ def test_save_and_load_continue_identically(make_updater, tmp_path):
         make_updater(gradient_accumulation_steps=1).load(tmp_path / "ckpt")
 
 
+def policy_samples(tokenizer, prompt: str):
+    """(model, policy, samples): a fresh tiny model's policy and 2 groups of G samples it drew at temperature
+    0.6 (a designer group and an agent group, advantages z-scored), with the sampler's log-probs."""
+    model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    policy = TransformersPolicy(model, tokenizer)
+    chats = [[{"role": "user", "content": f"{prompt} {i}."}] for i in range(2)]
+    generations = policy.generate(chats, SamplingSettings(max_new_tokens=12, temperature=0.6, seed=3, n=G))
+    samples = []
+    for group, role in enumerate(("designer", "agent")):
+        block = generations[group * G : group * G + G]
+        advantages = zscore_advantages([float(i % 2) + 0.1 * i for i in range(G)]).advantages
+        samples += [sample_from_generation(g, a, group, role) for g, a in zip(block, advantages, strict=True)]
+    return model, policy, samples
+
+
 def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path):
     """Samples drawn by the policy at temperature 0.6: TRL's log-probs at that temperature match the
     sampler's, so the ratio against them is 1 and the update equals TRL's own on-policy update."""
     results = {}
     for mode in ("sampling", "recompute"):
-        model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
-        policy = TransformersPolicy(model, tokenizer)
-        chats = [[{"role": "user", "content": f"Design environment {i}."}] for i in range(2)]
-        generations = policy.generate(
-            chats, SamplingSettings(max_new_tokens=12, temperature=0.6, seed=3, n=G)
-        )
-        samples = []
-        for group, role in enumerate(("designer", "agent")):
-            block = generations[group * G : group * G + G]
-            advantages = zscore_advantages([float(i % 2) + 0.1 * i for i in range(G)]).advantages
-            samples += [
-                sample_from_generation(g, a, group, role) for g, a in zip(block, advantages, strict=True)
-            ]
+        model, policy, samples = policy_samples(tokenizer, "Design environment")
         config = TrainConfig(
             learning_rate=1e-3,
             group_size=G,
@@ -201,20 +204,8 @@ def test_truncated_importance_sampling_weighs_each_token_by_the_capped_ratio_to_
         ("higher", 0.5, 2.0),
         ("lower", -2.0, 2.0),
     ):
-        model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
-        policy = TransformersPolicy(model, tokenizer)
-        chats = [[{"role": "user", "content": f"Play game {i}."}] for i in range(2)]
-        generations = policy.generate(
-            chats, SamplingSettings(max_new_tokens=12, temperature=0.6, seed=3, n=G)
-        )
-        samples = []
-        for group, role in enumerate(("designer", "agent")):
-            block = generations[group * G : group * G + G]
-            advantages = zscore_advantages([float(i % 2) + 0.1 * i for i in range(G)]).advantages
-            for g, a in zip(block, advantages, strict=True):
-                sample = sample_from_generation(g, a, group, role)
-                shifted = tuple(lp + shift for lp in sample.logprobs)
-                samples.append(dataclasses.replace(sample, logprobs=shifted))
+        _, policy, samples = policy_samples(tokenizer, "Play game")
+        samples = [dataclasses.replace(x, logprobs=tuple(lp + shift for lp in x.logprobs)) for x in samples]
         config = TrainConfig(
             learning_rate=1e-3,
             group_size=G,
