@@ -95,6 +95,48 @@ def test_hint_written_by_the_designer_or_by_a_second_call(archive, pool, mode):
     assert (outcome.hint_generation is not None) == (mode == "separate")
 
 
+def test_the_hint_call_samples_at_its_own_temperature(archive, pool):
+    def script(chat):
+        if chat[0]["content"].startswith("You write short hints"):
+            return "<hint>Count the characters of your answer.</hint>"
+        return f"```python\n{PARITY.replace('ParityEnv', 'WarmEnv')}```"
+
+    policy = FakePolicy(script)
+    config = DesignPhaseConfig(n=1, hint_mode="separate", hint_temperature=0.3, validation=CHANCE_GAMES)
+    design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
+    (_, design_settings), (_, hint_settings) = policy.calls
+    assert design_settings.temperature == 0.6 and hint_settings.temperature == 0.3
+    with pytest.raises(ValueError, match="hint_temperature must be None"):
+        DesignPhaseConfig(hint_temperature=-1.0)
+
+
+def test_skill_rotation_proposes_for_a_few_skills_per_phase(archive, pool):
+    """design.skills_per_phase = 2: each phase (regeneration window) draws 2 of the 6 game skills and
+    proposes only for them; another phase may draw others."""
+    policy = FakePolicy(lambda chat: "no code at all")  # invalid designs: only the skills matter here
+    config = DesignPhaseConfig(n=8, skills_per_phase=2, validation=CHANCE_GAMES)
+    per_phase = []
+    for seed in range(4):
+        outcomes = design_environments(
+            policy, Corpus.from_config(), archive, pool, config, random.Random(seed), 1
+        )
+        per_phase.append({o.skill for o in outcomes})
+    assert all(1 <= len(skills) <= 2 for skills in per_phase)
+    assert len(set().union(*per_phase)) > 2  # the phases rotate through more than two skills
+    everything = design_environments(
+        policy,
+        Corpus.from_config(),
+        archive,
+        pool,
+        DesignPhaseConfig(n=24, validation=CHANCE_GAMES),
+        random.Random(0),
+        1,
+    )
+    assert len({o.skill for o in everything}) > 2
+    with pytest.raises(ValueError, match=r"skills_per_phase must be None \(every skill\) or 1 to 6"):
+        DesignPhaseConfig(skills_per_phase=7)
+
+
 # --- loop-level switches ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_fixed_pool_never_calls_the_designer(tmp_path):

@@ -29,6 +29,8 @@ REFERENCE = [
     ("design.hint_mode", "separate", "separate", GAMES, TOOLS),
     ("design.max_new_tokens", 16384, 16384, GAMES, TOOLS),
     ("design.hint_max_new_tokens", 4096, 2048, GAMES, TOOLS),
+    ("design.hint_temperature", 0.3, 0.3, GAMES, TOOLS),
+    ("design.skills_per_phase", 3, None, GAMES, TOOLS + " (no --spare-skills-per-regen: every skill)"),
     ("design.temperature", 0.6, 0.6, GAMES, TOOLS),
     ("rollout.max_turns", 25, 25, GAMES, TOOLS),
     ("rollout.max_new_tokens", 8192, 8192, GAMES, TOOLS),

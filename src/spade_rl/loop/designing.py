@@ -63,9 +63,15 @@ class DesignPhaseConfig:
     n: int | None = None
     setting: str = "games"
     skills: tuple[str, ...] = ()  # empty: the defaults of the setting
+    # Skill rotation: each design phase (regeneration window) draws this many of the skills and proposes
+    # only for them (the reference: 3 of 6, --spare-skills-per-regen 3). None: every skill, every time.
+    skills_per_phase: int | None = None
     hint_mode: str = "inline"  # inline: code and hint in one answer; separate: a second call
     max_new_tokens: int = 1024
     hint_max_new_tokens: int = 160
+    # The separate hint call's temperature (None: ``temperature``). Hint generations are never training
+    # samples, so it may differ; the reference writes hints at 0.3 (--spare-hint-temperature 0.3).
+    hint_temperature: float | None = None
     temperature: float = 0.6
     top_p: float = 1.0
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -86,6 +92,24 @@ class DesignPhaseConfig:
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
         check_thinking_mode("design.thinking", self.thinking)
+        if self.skills_per_phase is not None and (
+            isinstance(self.skills_per_phase, bool)
+            or not isinstance(self.skills_per_phase, int)
+            or not 1 <= self.skills_per_phase <= len(self.skill_list)
+        ):
+            raise ValueError(
+                f"design skills_per_phase must be None (every skill) or 1 to {len(self.skill_list)} (the "
+                f"skills of this setting), got {self.skills_per_phase!r}"
+            )
+        if self.hint_temperature is not None and not (
+            isinstance(self.hint_temperature, int | float)
+            and not isinstance(self.hint_temperature, bool)
+            and 0.0 <= self.hint_temperature <= 5.0
+        ):
+            raise ValueError(
+                f"design hint_temperature must be None (design.temperature) or a number in [0, 5], "
+                f"got {self.hint_temperature!r}"
+            )
         if self.form == "question" and self.thinking == "on":
             raise ValueError(
                 "design.thinking = 'on' lets the designer think first, but form 'question' forces its answer "
@@ -246,6 +270,8 @@ def design_environments(
         raise ValueError("DesignPhaseConfig.n is not set: say how many environments to propose")
     thinking = thinking_flag(policy, config.thinking, key="design.thinking")
     skills = config.skill_list
+    if config.skills_per_phase is not None:  # skill rotation: this phase's skills
+        skills = tuple(rng.sample(list(skills), config.skills_per_phase))
     plans = []
     for index in range(config.n):
         skill = skills[rng.randrange(len(skills))]
@@ -310,7 +336,9 @@ def design_environments(
             ]
             hint_settings = SamplingSettings(
                 max_new_tokens=config.hint_max_new_tokens,
-                temperature=config.temperature,
+                temperature=config.temperature
+                if config.hint_temperature is None
+                else config.hint_temperature,
                 top_p=config.top_p,
                 seed=rng.randrange(2**31),
             )
