@@ -254,3 +254,25 @@ def test_switches_are_validated_before_anything_runs(tmp_path):
     )
     with pytest.raises(ConfigError, match="rows"):
         load_config(None, ["loop.envs_per_iteration=7"])
+
+
+@pytest.mark.parametrize(("grounding", "tries"), [(False, 9), (True, 4)])
+def test_invalid_designs_are_retried_as_the_reference_retries_them(archive, pool, grounding, tries):
+    """design.invalid = "retry": a slot whose design fails is asked again, up to retries (8) times, or
+    retries_grounded (3) with a document; every try is in the archive, and what still fails trains nothing."""
+    policy = FakePolicy(lambda chat: "no code at all")
+    config = DesignPhaseConfig(n=1, invalid="retry", grounding=grounding, validation=CHANCE_GAMES)
+    designs = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
+    assert len(designs) == tries and not any(d.valid for d in designs) and len(policy.calls) == tries
+    assert len(archive.ids(valid=False, origin="designer")) >= 1  # recorded (the same text: one row)
+
+
+def test_a_retried_slot_stops_at_its_first_valid_design(archive, pool):
+    answers = iter(["no code at all", "still none", designer_output(PARITY.replace("ParityEnv", "ThirdEnv"))])
+    policy = FakePolicy(lambda chat: next(answers))
+    config = DesignPhaseConfig(n=1, invalid="retry", validation=CHANCE_GAMES)
+    designs = design_environments(policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1)
+    assert [d.valid for d in designs] == [False, False, True]
+    assert archive.get(designs[-1].env_id).metadata["attempt"] == 2
+    with pytest.raises(ValueError, match="design invalid 'drop'; allowed"):
+        DesignPhaseConfig(invalid="drop")

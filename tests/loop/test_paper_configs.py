@@ -14,6 +14,7 @@ GAMES = "cmd/games/train_spade_4b.sh"
 TOOLS = "cmd/tool_use/_train_spade_blend.sh"
 SLIME = "slime's argument defaults (--tis-clip 2.0)"
 REWARDS = "spare/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
+GENERATOR = "SPADE.md, the reference recipe: invalid designs retried up to 8 times (3 when grounded)"
 MEMORY = "spare/core/env_memory.py (EnvironmentMemory)"
 DELAYED = "spare/core/utils/delayed_env_rewards.py (negative blends masked)"
 SCALE = "spare/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
@@ -30,6 +31,9 @@ REFERENCE = [
     ("design.max_new_tokens", 16384, 16384, GAMES, TOOLS),
     ("design.hint_max_new_tokens", 4096, 2048, GAMES, TOOLS),
     ("design.hint_temperature", 0.3, 0.3, GAMES, TOOLS),
+    ("design.invalid", "retry", "retry", GENERATOR, GENERATOR),
+    ("design.retries", 8, 8, GENERATOR, GENERATOR),
+    ("design.retries_grounded", 3, 3, GENERATOR, GENERATOR),
     ("design.skills_per_phase", 3, None, GAMES, TOOLS + " (no --spare-skills-per-regen: every skill)"),
     ("design.temperature", 0.6, 0.6, GAMES, TOOLS),
     ("rollout.max_turns", 25, 25, GAMES, TOOLS),

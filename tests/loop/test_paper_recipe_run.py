@@ -1,7 +1,7 @@
 """The paper configuration scaled down (tiny model, two iterations): every reference mechanism spade-rl
-has goes through one real run (separate hint call, reference memory, designer advantages scaled and
-negative ones masked, recomputed old log-probs with truncated importance sampling, the reference's
-optimiser settings), through the real sandbox."""
+has goes through one real run (skill rotation, the separate hint call at its own temperature, retries of
+invalid designs, the reference memory, scaled designer advantages, recomputed old log-probs with
+truncated importance sampling, the reference's optimiser settings), through the real sandbox."""
 
 from __future__ import annotations
 
@@ -54,9 +54,17 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
     assert config.train.old_logprobs == "recompute" and config.train.tis_cap == 2.0
     assert config.rewards.scale == "reference" and config.rewards.mask_negative
     model, tokenizer = tiny_random_model(seed=0)
-    designs = [f"```python\n{PARITY}```", f"```python\n{HANGS}```"]
-    hints = ["<hint>Count the characters.</hint>"] * 2
-    designer = FakePolicy([*designs, *hints, *designs, *hints], tokenizer=tokenizer)
+    written = []
+
+    def designer_script(chat):
+        """The first two designs: one valid, one that hangs (then retried: valid); hints to every call."""
+        if chat[0]["content"].startswith("You write short hints"):
+            return "<hint>Count the characters.</hint>"
+        written.append(chat)
+        source = {1: PARITY, 2: HANGS}.get(len(written), PARITY.replace("ParityEnv", "RetriedEnv"))
+        return f"```python\n{source}```"
+
+    designer = FakePolicy(designer_script, tokenizer=tokenizer)
     with SelfPlay(
         config, tmp_path / "run", policy=TransformersPolicy(model, tokenizer), designer_policy=designer
     ) as run:
@@ -66,10 +74,10 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
         assert any(g["weight_decay"] == 0.1 for g in optimizer.param_groups)
     assert [m["iteration"] for m in metrics] == [1, 2]
     first = metrics[0]
-    assert first["designer/reasons"] == {"ok": 1, "timeout": 1}
-    assert first["designer/masked_negative"] == 1  # the hanging design's -0.5: no gradient
+    assert first["designer/reasons"] == {"ok": 2, "timeout": 1}  # the hanging slot was asked again
+    assert first["designer/proposed"] == 3
     # min(N_agent / N_designer * 1, 50), in an iteration whose agent groups had a signal
     assert any(m.get("designer/advantage_scale", 1.0) > 1.0 for m in metrics)
     assert any("train/loss" in m for m in metrics)  # updated, with recomputed old log-probs and TIS
-    # The hint came from the second call (4 hint texts used), and the memory of iteration 2 was sampled.
-    assert len(designer.calls) == 4
+    # Per iteration a design call and a hint call (iteration 1: again for the retried slot).
+    assert len(designer.calls) == 6 and len(written) == 5

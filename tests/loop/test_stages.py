@@ -160,3 +160,28 @@ def test_negative_designer_rewards_are_masked_when_asked():
     assert masked.designer == []  # one design left: no signal in its group, dropped
     metrics = iteration_metrics(both, [], masked, UpdateResult(skipped=True), (0.15, 0.85))
     assert metrics["designer/masked_negative"] == 1
+
+
+def test_with_retries_a_design_that_failed_every_try_gets_no_gradient():
+    from types import SimpleNamespace
+
+    from spade_rl.loop.config import load_config
+    from spade_rl.loop.run import SelfPlay
+
+    generation = Generation(
+        text="x",
+        prompt_token_ids=(1,),
+        completion_token_ids=(2,),
+        completion_logprobs=(-1.0,),
+        finish_reason="stop",
+    )
+    invalid = [
+        Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, i, False)
+        for i in (1, 2)
+    ]
+    penalty = SelfPlay._batch(SimpleNamespace(config=load_config(None, [])), invalid, [])
+    retry = SelfPlay._batch(
+        SimpleNamespace(config=load_config(None, ["design.invalid='retry'"])), invalid, []
+    )
+    assert penalty.designer_reward_mean is not None and penalty.designer_groups == 1
+    assert retry.designer_reward_mean is None and retry.designer_groups == 0 and retry.designer == []

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 
 FORMS = ("module", "question")
+INVALID_DESIGNS = ("penalty", "retry")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class DesignPhaseConfig:
     # The separate hint call's temperature (None: ``temperature``). Hint generations are never training
     # samples, so it may differ; the reference writes hints at 0.3 (--spare-hint-temperature 0.3).
     hint_temperature: float | None = None
+    # What becomes of an invalid design: "penalty" (ours: rewarded by rewards.invalid_penalty and the
+    # progress bonus) or "retry" (the reference's: the slot is asked again, up to ``retries`` times, or
+    # ``retries_grounded`` with a document, and a design that still fails gets no gradient).
+    invalid: str = "penalty"
+    retries: int = 8
+    retries_grounded: int = 3
     temperature: float = 0.6
     top_p: float = 1.0
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -92,6 +99,12 @@ class DesignPhaseConfig:
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
         check_thinking_mode("design.thinking", self.thinking)
+        if self.invalid not in INVALID_DESIGNS:
+            raise ValueError(f"design invalid {self.invalid!r}; allowed: {list(INVALID_DESIGNS)}")
+        for name in ("retries", "retries_grounded"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"design {name} must be a whole number >= 0, got {value!r}")
         if self.skills_per_phase is not None and (
             isinstance(self.skills_per_phase, bool)
             or not isinstance(self.skills_per_phase, int)
@@ -295,6 +308,46 @@ def design_environments(
             document_id,
             memory.message if memory is not None else "off",
         )
+    designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0)
+    if config.invalid == "retry":
+        # The reference's alternative to a penalty: a slot whose design fails is asked again, up to
+        # config.retries times (retries_grounded with a document), and what still fails gets no gradient.
+        retries = config.retries_grounded if config.grounding else config.retries
+        latest = list(designs)
+        for attempt in range(1, retries + 1):
+            failed = [i for i, d in enumerate(latest) if not d.valid]
+            if not failed:
+                break
+            again = _attempt(
+                policy,
+                archive,
+                executor,
+                config,
+                rng,
+                iteration,
+                [plans[i] for i in failed],
+                thinking,
+                attempt,
+            )
+            for i, design in zip(failed, again, strict=True):
+                latest[i] = design
+            designs += again
+    return designs
+
+
+def _attempt(
+    policy: Policy,
+    archive: Archive,
+    executor: Executor | Sandbox,
+    config: DesignPhaseConfig,
+    rng: random.Random,
+    iteration: int,
+    plans: list[tuple],
+    thinking: bool | None,
+    attempt: int,
+) -> list[Design]:
+    """One try at each plan (skill, document, memory, chat): generate, parse, hint, validate, and record
+    every proposal in the archive."""
     sampling = SamplingSettings(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
@@ -381,6 +434,7 @@ def design_environments(
             metadata={
                 "finish_reason": generation.finish_reason,
                 "validation_seconds": report.seconds if report else 0.0,
+                **({"attempt": attempt} if attempt else {}),
             },
             env_kwargs=report.env_kwargs if valid else None,
         )
@@ -388,5 +442,12 @@ def design_environments(
             skill, document_id, tuple(parents), chat, generation, result, hint_chats[i], hint_generations[i]
         )
         outcomes.append(Design(proposal, report, added.env_id, added.duplicate))
-        log.info("design %d: %s (%s) env %d", i, "valid" if valid else "invalid", reason, added.env_id)
+        log.info(
+            "design %d%s: %s (%s) env %d",
+            i,
+            f" (try {attempt + 1})" if attempt else "",
+            "valid" if valid else "invalid",
+            reason,
+            added.env_id,
+        )
     return outcomes

@@ -240,6 +240,8 @@ class SelfPlay:
                 if env is None:
                     continue  # valid but not played this iteration: no reward to learn from
                 reward = designer_reward(env.stats.win_rate_nohint, env.stats.regret, rewards_config)
+            elif self.config.design.invalid == "retry":
+                continue  # the reference's: a design that failed every try gets no gradient
             else:
                 checks = design.report.checks if design.report is not None else ()
                 reward = invalid_design_reward(design.reason, rewards_config, checks)
