@@ -120,3 +120,32 @@ def test_the_cpu_default_mechanisms_end_to_end_with_a_tiny_model(tmp_path, monke
         assert episode.turns and all(t.action.startswith("\\boxed{") for t in episode.turns)
         assert episode.spec.env_kwargs["max_turns"] == 3
     assert metrics["agent/envs"] >= 1
+
+
+def test_the_warm_up_renders_the_prompts_with_the_designers_thinking_switch(tmp_path, monkeypatch):
+    """design.thinking = "off" on a template with the switch: the warm-up trains on the prompts the design
+    phase renders (their empty think block included), in a cache entry of its own."""
+    import copy
+
+    monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = tiny_random_model(seed=0)
+    switch = copy.deepcopy(tokenizer)
+    switch.chat_template = (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+        "+ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+        "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+        "{% endif %}{% endif %}"
+    )
+    policy = TransformersPolicy(model, switch)
+    seen = []
+    render = policy.render
+    policy.render = lambda chat, **kwargs: (seen.append(kwargs.get("thinking")), render(chat, **kwargs))[1]
+    config = WarmupConfig(designs=2, epochs=1, batch_size=2, learning_rate=1e-3)
+    warm_up(policy, config, DesignPhaseConfig(form="question", thinking="off"), Corpus.from_config())
+    assert seen and set(seen) == {False}
+    seen.clear()
+    fresh, _ = tiny_random_model(seed=0)
+    policy = TransformersPolicy(fresh, switch)
+    policy.render = lambda chat, **kwargs: (seen.append(kwargs.get("thinking")), render(chat, **kwargs))[1]
+    result = warm_up(policy, config, DesignPhaseConfig(form="question"), Corpus.from_config())
+    assert result["warmup/cached"] == 0.0 and set(seen) == {None}  # "template": another entry, no switch

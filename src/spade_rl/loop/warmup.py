@@ -35,6 +35,7 @@ from spade_rl.design.prompts import QUESTION_PREFIX, QUESTION_STOP, question_des
 from spade_rl.envs import kits
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.policy import Policy
+from spade_rl.policy.thinking import thinking_flag
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, c
             "skills": list(design.skill_list),
             "grounding": design.grounding,
             "max_document_words": design.prompt.max_document_words,
+            # the rendered prompts differ with the switch set (unset: the key of earlier releases)
+            **({"thinking": design.thinking} if design.thinking != "template" else {}),
         },
         "corpus": repr(corpus),
     }
@@ -144,7 +147,9 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
         stats = json.loads((folder / "stats.json").read_text())
         log.info("warm-up loaded from %s", folder)
         return {**stats, "warmup/cached": 1.0, "warmup/seconds": time.perf_counter() - started}
-    losses = _train(policy, warmup_examples(config, design, corpus), config)
+    # The designer's prompts as the design phase renders them (its thinking switch included).
+    thinking = thinking_flag(policy, design.thinking, key="design.thinking")
+    losses = _train(policy, warmup_examples(config, design, corpus), config, thinking)
     stats = {
         "warmup/designs": float(config.designs),
         "warmup/loss_first": losses[0],
@@ -157,7 +162,9 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
     return {**stats, "warmup/cached": 0.0, "warmup/seconds": time.perf_counter() - started}
 
 
-def _train(policy, examples: list[tuple[list[dict], str]], config: WarmupConfig) -> list[float]:
+def _train(
+    policy, examples: list[tuple[list[dict], str]], config: WarmupConfig, thinking: bool | None = None
+) -> list[float]:
     """Cross-entropy on the answer tokens, one sequence per pass, a step every ``batch_size``; the
     mean loss of each step."""
     import torch
@@ -166,7 +173,7 @@ def _train(policy, examples: list[tuple[list[dict], str]], config: WarmupConfig)
     device = next(model.parameters()).device
     rows = []
     for chat, answer in examples:
-        prompt = policy.render(chat, add_generation_prompt=True)
+        prompt = policy.render(chat, add_generation_prompt=True, thinking=thinking)
         prompt += tokenizer(QUESTION_PREFIX, add_special_tokens=False)["input_ids"]
         target = tokenizer(answer, add_special_tokens=False)["input_ids"]
         rows.append((prompt, target))
