@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder (tests mirror ``src/spade_rl``; each folder's own conftest adds
 what only its tests need). Plain helpers that tests import live beside this file: ``fixture_envs.py``
-(small environments, scripted designer outputs, the two roles of a test run)."""
+(small environments, scripted designer outputs, the two roles of a test run) and ``chat_templates.py``
+(hand-written chat templates)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ from spade_rl.sandbox import Sandbox, SandboxConfig
 def tokenizer():
     """The default model's tokenizer, as the package ships it (no model weights, no network)."""
     return default_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def thinking_tokenizer(tokenizer):
+    """The default tokenizer with a ChatML template that has Qwen3's thinking switch (chat_templates.py)."""
+    from chat_templates import THINKING_TEMPLATE, with_template
+
+    return with_template(tokenizer, THINKING_TEMPLATE)
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,19 @@ of the switch and of the stripping are in ``tests/policy/test_policy_thinking.py
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from pathlib import Path
 
 import pytest
 
+from chat_templates import (
+    CHATML,
+    EMPTY_BLOCK,
+    OPENING_TEMPLATE,
+    REWRITING_TEMPLATE,
+    with_template,
+)
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings
@@ -24,54 +30,8 @@ from spade_rl.policy.thinking import strip_thinking
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-    "+ '<|im_end|>\\n' }}{% endfor %}"
-)
-EMPTY_BLOCK = "<think>\n\n</think>\n\n"
-# Qwen3's switch: false closes an empty block in the generation prompt; true (the default) leaves the
-# model to open its own.
-THINKING_TEMPLATE = CHATML + (
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}{{ '"
-    + EMPTY_BLOCK.replace("\n", "\\n")
-    + "' }}{% endif %}{% endif %}"
-)
-# The variant of thinking models whose generation prompt opens the block itself when thinking is on.
-OPENING_TEMPLATE = THINKING_TEMPLATE.replace(
-    "{% endif %}{% endif %}", "{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}"
-)
-# Like Qwen3's: the last assistant turn is written with its thinking block, earlier ones without.
-REWRITING_TEMPLATE = (
-    "{%- set ns = namespace(last_user=-1) %}"
-    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
-    "{%- endfor %}"
-    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
-    "{%- set content = m.content %}{%- set thought = '' %}"
-    "{%- if '</think>' in content %}"
-    "{%- set thought = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
-    "{%- if loop.index0 > ns.last_user and (loop.last or thought) %}"
-    "{{ '<|im_start|>assistant\\n<think>\\n' + thought + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' }}"
-    "{%- else %}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- endif %}{%- endif %}"
-)
 VALID_DESIGN = (Path(__file__).parents[1] / "design" / "designs" / "valid_multi_turn.py").read_text()
 SETTINGS = ValidationSettings(call_timeout_s=1.0)
-
-
-def with_template(tokenizer, template):
-    copied = copy.deepcopy(tokenizer)
-    copied.chat_template = template
-    return copied
-
-
-@pytest.fixture(scope="module")
-def thinking_tokenizer(tokenizer):
-    return with_template(tokenizer, THINKING_TEMPLATE)
 
 
 def thinking_guesser(chat):

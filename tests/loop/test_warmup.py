@@ -125,17 +125,11 @@ def test_the_cpu_default_mechanisms_end_to_end_with_a_tiny_model(tmp_path, monke
 def test_the_warm_up_renders_the_prompts_with_the_designers_thinking_switch(tmp_path, monkeypatch):
     """design.thinking = "off" on a template with the switch: the warm-up trains on the prompts the design
     phase renders (their empty think block included), in a cache entry of its own."""
-    import copy
+    from chat_templates import THINKING_TEMPLATE, with_template
 
     monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
     model, tokenizer = tiny_random_model(seed=0)
-    switch = copy.deepcopy(tokenizer)
-    switch.chat_template = (
-        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-        "+ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-        "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-        "{% endif %}{% endif %}"
-    )
+    switch = with_template(tokenizer, THINKING_TEMPLATE)
     policy = TransformersPolicy(model, switch)
     seen = []
     render = policy.render

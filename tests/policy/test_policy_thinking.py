@@ -6,10 +6,9 @@ true opens ``<think>`` in the prompt), set on a copy of the default tokenizer.""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
+from chat_templates import OPENING_TEMPLATE, REWRITING_TEMPLATE, THINKING_TEMPLATE, with_template
 from spade_rl.policy import FakePolicy, PolicyError
 from spade_rl.policy.base import render_messages
 from spade_rl.policy.thinking import (
@@ -21,33 +20,7 @@ from spade_rl.policy.thinking import (
     thinking_flag,
 )
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-    "+ '<|im_end|>\\n' }}{% endfor %}"
-)
-THINKING_TEMPLATE = CHATML + (
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{% endif %}{% endif %}"
-)
-OPENING_TEMPLATE = CHATML + (
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}"
-)
 CHAT = [{"role": "user", "content": "Hi"}]
-
-
-def with_template(tokenizer, template):
-    """A copy of ``tokenizer`` with another chat template (the session's tokenizer is left as it is)."""
-    copied = copy.deepcopy(tokenizer)
-    copied.chat_template = template
-    return copied
-
-
-@pytest.fixture(scope="module")
-def thinking_tokenizer(tokenizer):
-    return with_template(tokenizer, THINKING_TEMPLATE)
 
 
 def test_the_switch_is_passed_only_when_asked(thinking_tokenizer):
@@ -146,27 +119,6 @@ def _settings():
     return SamplingSettings(max_new_tokens=8)
 
 
-# Like Qwen3's: the last assistant turn after the last user message is written with its thinking block
-# (an empty one when it has none), earlier turns without: a conversation is not a prefix of its continuation.
-REWRITING_TEMPLATE = (
-    "{%- set ns = namespace(last_user=-1) %}"
-    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
-    "{%- endfor %}"
-    "{%- for m in messages %}"
-    "{%- if m.role == 'assistant' %}"
-    "{%- set content = m.content %}{%- set thought = '' %}"
-    "{%- if '</think>' in content %}"
-    "{%- set thought = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
-    "{%- if loop.index0 > ns.last_user and (loop.last or thought) %}"
-    "{{ '<|im_start|>assistant\\n<think>\\n' + thought + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' }}"
-    "{%- else %}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- endif %}{%- endif %}"
-)
 # Rewrites the last assistant turn too, and moves the system prompt into the first user message (as
 # Gemma's does): no suffix can be appended.
 MERGING_TEMPLATE = (
