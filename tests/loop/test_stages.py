@@ -16,16 +16,28 @@ from spade_rl.loop.stages import (
 from spade_rl.policy import Generation
 from spade_rl.train import Sample
 
+GENERATION = Generation(
+    text="x",
+    prompt_token_ids=(1,),
+    completion_token_ids=(2,),
+    completion_logprobs=(-1.0,),
+    finish_reason="stop",
+)
 
-def design(reason: str) -> Design:
-    generation = Generation(
-        text="x",
-        prompt_token_ids=(1,),
-        completion_token_ids=(2,),
-        completion_logprobs=(-1.0,),
-        finish_reason="stop",
-    )
-    return Design(Proposal("math", None, (), [], generation, Parsed(reason)), None, 1, False)
+
+def design(reason: str, report=None, env_id: int = 1) -> Design:
+    """A proposal parsed with ``reason`` (its report: ``report``, None when parsing failed)."""
+    return Design(Proposal("math", None, (), [], GENERATION, Parsed(reason)), report, env_id, False)
+
+
+def batch_of(overrides: list[str], designs: list[Design], played: list[PlayedEnv]) -> TrainingBatch:
+    """``SelfPlay._batch`` of a run configured with ``overrides`` (nothing else of the run is needed)."""
+    from types import SimpleNamespace
+
+    from spade_rl.loop.config import load_config
+    from spade_rl.loop.run import SelfPlay
+
+    return SelfPlay._batch(SimpleNamespace(config=load_config(None, overrides)), designs, played)
 
 
 def sample(role: str) -> Sample:
@@ -74,16 +86,9 @@ def test_a_play_tag_is_typed_and_still_a_pair():
 def test_the_designers_advantages_are_scaled_as_the_reference_scales_them():
     """SelfPlay._batch: 2 played environments of 4 no-hint plays, 2 designs (one valid, one invalid):
     the designer's centred advantages times min(8 agent samples / 2 designs * regenerate_every 2, 50) = 8."""
-    from types import SimpleNamespace
-
     from spade_rl.design.validate import ValidationReport
-    from spade_rl.loop.config import load_config
-    from spade_rl.loop.run import SelfPlay
     from spade_rl.rollout import Episode, EpisodeSpec, Turn
-
-    config = load_config(
-        None, ["rewards.scale='reference'", "loop.regenerate_every=2", "rewards.progress_bonus=0.0"]
-    )
+    from spade_rl.stats import play_stats
 
     def episode(reward):
         turn = Turn("a", "o", reward, True, False, "stop")
@@ -101,60 +106,24 @@ def test_the_designers_advantages_are_scaled_as_the_reference_scales_them():
     for env_id, rewards in ((1, [1.0, 0.0, 1.0, 0.0]), (2, [1.0, 1.0, 0.0, 0.0])):
         nohint = [episode(r) for r in rewards]
         hint = [episode(1.0) for _ in rewards]
-        from spade_rl.stats import play_stats
-
         played.append(PlayedEnv(env_id, nohint, hint, play_stats(nohint, hint)))
-    generation = Generation(
-        text="x",
-        prompt_token_ids=(1,),
-        completion_token_ids=(2, 3),
-        completion_logprobs=(-1.0, -1.0),
-        finish_reason="stop",
+    both = [design("ok", ValidationReport(True, "ok"), 1), design("syntax_error", env_id=0)]
+    batch = batch_of(
+        ["rewards.scale='reference'", "loop.regenerate_every=2", "rewards.progress_bonus=0.0"], both, played
     )
-    valid = Design(
-        Proposal("math", None, (), [], generation, Parsed("ok")), ValidationReport(True, "ok"), 1, False
-    )
-    invalid = Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, 0, False)
-    stub = SimpleNamespace(config=config)
-    batch = SelfPlay._batch(stub, [valid, invalid], played)
     assert len(batch.agent) == 8 and batch.designer_scale == 8.0
-    plain = SelfPlay._batch(
-        SimpleNamespace(config=load_config(None, ["rewards.progress_bonus=0.0"])), [valid, invalid], played
-    )
+    plain = batch_of(["rewards.progress_bonus=0.0"], both, played)
     assert [s.advantage for s in batch.designer] == pytest.approx([8.0 * s.advantage for s in plain.designer])
     assert any(s.advantage != 0 for s in plain.designer)
 
 
 def test_negative_designer_rewards_are_masked_when_asked():
     """rewards.mask_negative: a timed-out design (reward -0.5) is left out of the designer's group."""
-    from types import SimpleNamespace
-
     from spade_rl.design.validate import ValidationReport
-    from spade_rl.loop.config import load_config
-    from spade_rl.loop.run import SelfPlay
 
-    generation = Generation(
-        text="x",
-        prompt_token_ids=(1,),
-        completion_token_ids=(2,),
-        completion_logprobs=(-1.0,),
-        finish_reason="stop",
-    )
-    timeout = Design(
-        Proposal("math", None, (), [], generation, Parsed("ok")), ValidationReport(False, "timeout"), 1, False
-    )
-    invalid = Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, 2, False)
-    both = [timeout, invalid]
-    plain = SelfPlay._batch(
-        SimpleNamespace(config=load_config(None, ["rewards.progress_bonus=0.0"])), both, []
-    )
-    masked = SelfPlay._batch(
-        SimpleNamespace(
-            config=load_config(None, ["rewards.progress_bonus=0.0", "rewards.mask_negative=true"])
-        ),
-        both,
-        [],
-    )
+    both = [design("ok", ValidationReport(False, "timeout"), 1), design("syntax_error", env_id=2)]
+    plain = batch_of(["rewards.progress_bonus=0.0"], both, [])
+    masked = batch_of(["rewards.progress_bonus=0.0", "rewards.mask_negative=true"], both, [])
     assert len(plain.designer) == 2 and plain.designer_reward_mean == -0.25  # -0.5 and 0
     assert masked.designer_masked == 1 and masked.designer_groups == 1 and masked.designer_reward_mean == 0.0
     assert masked.designer == []  # one design left: no signal in its group, dropped
@@ -163,25 +132,8 @@ def test_negative_designer_rewards_are_masked_when_asked():
 
 
 def test_with_retries_a_design_that_failed_every_try_gets_no_gradient():
-    from types import SimpleNamespace
-
-    from spade_rl.loop.config import load_config
-    from spade_rl.loop.run import SelfPlay
-
-    generation = Generation(
-        text="x",
-        prompt_token_ids=(1,),
-        completion_token_ids=(2,),
-        completion_logprobs=(-1.0,),
-        finish_reason="stop",
-    )
-    invalid = [
-        Design(Proposal("math", None, (), [], generation, Parsed("syntax_error")), None, i, False)
-        for i in (1, 2)
-    ]
-    penalty = SelfPlay._batch(SimpleNamespace(config=load_config(None, [])), invalid, [])
-    retry = SelfPlay._batch(
-        SimpleNamespace(config=load_config(None, ["design.invalid='retry'"])), invalid, []
-    )
+    invalid = [design("syntax_error", env_id=i) for i in (1, 2)]
+    penalty = batch_of([], invalid, [])
+    retry = batch_of(["design.invalid='retry'"], invalid, [])
     assert penalty.designer_reward_mean is not None and penalty.designer_groups == 1
     assert retry.designer_reward_mean is None and retry.designer_groups == 0 and retry.designer == []
