@@ -167,12 +167,12 @@ def get_dotted(data: dict, dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def _pop_dotted(data: dict, dotted: str) -> None:
+def pop_dotted(data: dict, dotted: str) -> None:
+    """Remove a dotted key from nested tables, if it is there."""
     *tables, last = dotted.split(".")
-    node: Any = data
-    for part in tables:
-        node = node[part]
-    del node[last]
+    found, node = get_dotted(data, ".".join(tables)) if tables else (True, data)
+    if found and isinstance(node, dict):
+        node.pop(last, None)
 
 
 def upgrade_renamed(
@@ -191,7 +191,7 @@ def upgrade_renamed(
             continue
         if get_dotted(data, new)[0]:
             raise ConfigError(f"{where} sets both {old} (its old name) and {new}: keep only {new}")
-        _pop_dotted(data, old)
+        pop_dotted(data, old)
         set_dotted(data, new, value)
         notes.append(
             f"{old} is deprecated: it is called {new} now (the old name is read until the next release)"

@@ -30,6 +30,7 @@ from spade_rl.configdata import (
     build,
     get_dotted,
     parse_override,
+    pop_dotted,
     set_dotted,
     to_data,
     upgrade_renamed,
@@ -467,12 +468,7 @@ def save_config(config: RunConfig, path: Path) -> None:
     """The resolved configuration as JSON, without the derived keys (they follow their sources)."""
     data = to_data(config)
     for key in DERIVED_KEYS:
-        *tables, last = key.split(".")
-        node = data
-        for part in tables:
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(last, None)
+        pop_dotted(data, key)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
