@@ -220,6 +220,26 @@ def test_truncated_importance_sampling_weighs_each_token_by_the_capped_ratio_to_
     assert norms["lower"] == pytest.approx(norms["plain"] * 2.0, rel=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        ({}, True),
+        ({"old_logprobs": "recompute", "tis_cap": 2.0}, True),
+        ({"old_logprobs": "recompute"}, False),
+    ],
+)
+def test_samples_without_sampler_logprobs_are_named_where_the_update_uses_them(
+    make_updater, caplog, settings, warned
+):
+    samples = [dataclasses.replace(s, logprobs=(0.0,) * len(s.logprobs)) for s in make_samples()]
+    with caplog.at_level("WARNING", logger="spade_rl.train.updater"):
+        make_updater(**settings).update(samples)
+    assert (
+        any("importance ratios against the sampler are wrong" in r.getMessage() for r in caplog.records)
+        == warned
+    )
+
+
 def test_truncated_importance_sampling_needs_recomputed_old_logprobs():
     with pytest.raises(ValueError, match=r"tis_cap .* needs old_logprobs = 'recompute'"):
         TrainConfig(tis_cap=2.0)

@@ -184,10 +184,11 @@ class GRPOUpdater:
             self.filler_token_id,
             cfg.max_completion_length,
         )
-        if batch.no_logprobs and cfg.old_logprobs == "sampling":
+        if batch.no_logprobs and (cfg.old_logprobs == "sampling" or cfg.tis_cap is not None):
             log.warning(
                 "%d samples have log-prob 0.0 on every model token (sampled without log-probs?): their "
-                "importance ratios against the sampler are wrong; use old_logprobs='recompute'",
+                "importance ratios against the sampler are wrong; use old_logprobs='recompute' and "
+                "tis_cap = none",
                 batch.no_logprobs,
             )
         self._pending = batch
