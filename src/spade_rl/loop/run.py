@@ -255,12 +255,7 @@ class SelfPlay:
         for design, reward in rewarded:
             key = "all" if self.config.loop.designer_group_by == "iteration" else design.skill
             by_group.setdefault(key, []).append((design, reward))
-        designed = sum(
-            1
-            for members in by_group.values()
-            for design, _ in members
-            if design.generation.completion_token_ids
-        )
+        designed = sum(1 for design, _ in rewarded if design.generation.completion_token_ids)
         scale = designer_scale(len(batch.agent), designed, self.config.loop.regenerate_every, rewards_config)
         batch.designer_scale = scale
         for offset, members in enumerate(by_group.values()):
