@@ -6,8 +6,12 @@ turns or context). Advantages are z-scores within the group of plays of one envi
 Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the difficulty plateau
 ``plateau(win)`` (1 inside ``[0.4, 0.6]``, falling linearly to 0 over 0.25 on each side); the
 reference blend ``0.6 * plateau(win) + 0.4 * clip(regret / 0.15, 0, 1)``, or pure regret, or the
-pure plateau. Designs that fail validation get a fixed penalty (0 when invalid, -0.5 on timeout).
-Designer advantages are centred within their group (one prompt group or one skill).
+pure plateau (``solve_rate``: the reference's name for it), or the learning potential
+``|win - mu_slow(skill)|`` with :class:`LearningPotential`'s per-skill moving averages. Designs that fail
+validation get a fixed penalty (0 when invalid, -0.5 on timeout). Designer advantages are centred within
+their group (one prompt group or one skill). With a delay (``DesignerRewardConfig.delay``, the reference's
+``--spare-proposer-training-delay``) a design is rewarded from the plays of its delay window:
+:func:`window_designer_reward` (the holding of designs is ``spade_rl.loop.delayed``'s).
 
 A group whose rewards are all equal carries no signal for GRPO: :func:`zscore_advantages` and
 :func:`centred_advantages` report it (``has_signal``) so that callers can count such groups and drop
@@ -19,8 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-DESIGNER_MODES = ("blend", "regret", "plateau")
+# "solve_rate" and "learning_potential": the reference's ablations (spare/core/utils/delayed_env_rewards.py,
+# cmd/ablations/train_solve_rate_30b.sh, train_learning_potential_30b.sh).
+DESIGNER_MODES = ("blend", "regret", "plateau", "solve_rate", "learning_potential")
 DESIGNER_SCALES = ("none", "reference")
 
 
@@ -53,7 +60,7 @@ def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 
 
 @dataclass(frozen=True)
 class DesignerRewardConfig:
-    mode: str = "blend"  # blend | regret | plateau
+    mode: str = "blend"  # blend | regret | plateau | solve_rate | learning_potential
     w_plateau: float = 0.6
     w_regret: float = 0.4
     regret_scale: float = 0.15
@@ -76,8 +83,29 @@ class DesignerRewardConfig:
     # instead of weighing on its group's mean (the reference masks negative blends: spare/core/utils/
     # delayed_env_rewards.py, "Games with blend < 0 are masked from the proposer update").
     mask_negative: bool = False
+    # 0 (ours): a design is rewarded and trained in the iteration that played it. D > 0: it is held, with
+    # its token ids, until D further iterations have played its environment, then rewarded from that window
+    # (window_designer_reward) and trained in that iteration's update, as the reference trains its proposer
+    # (spare/slime/spare_rollout.py, --spare-proposer-training-delay: 4 in cmd/games/train_spade_4b.sh, 8 in
+    # cmd/tool_use/_train_spade_blend.sh). spade_rl.loop.delayed holds the designs.
+    delay: int = 0
+    # The learning-potential mode's per-skill moving averages, mu <- (1 - g) * mu + g * r
+    # (spare/core/learning_potential.py; --spare-gamma1 0.98, --spare-gamma2 0.85 in both paper scripts).
+    lp_gamma_fast: float = 0.98
+    lp_gamma_slow: float = 0.85
 
     def __post_init__(self) -> None:
+        if isinstance(self.delay, bool) or not isinstance(self.delay, int) or self.delay < 0:
+            raise ValueError(
+                f"designer reward delay must be a whole number of iterations >= 0 (0: rewarded at once), "
+                f"got {self.delay!r}"
+            )
+        if not 0.0 < self.lp_gamma_slow < self.lp_gamma_fast <= 1.0:
+            raise ValueError(
+                "designer reward lp_gamma_slow and lp_gamma_fast must satisfy 0 < lp_gamma_slow < "
+                f"lp_gamma_fast <= 1 (the reference's 0.85 and 0.98), got {self.lp_gamma_slow} and "
+                f"{self.lp_gamma_fast}"
+            )
         if not isinstance(self.mask_negative, bool):
             raise ValueError(
                 f"designer reward mask_negative must be true or false, got {self.mask_negative!r}"
@@ -95,18 +123,110 @@ class DesignerRewardConfig:
         plateau(0.5, self.plateau_low, self.plateau_high, self.plateau_ramp)  # validates the plateau
 
 
-def designer_reward(win_rate: float, regret_value: float, config: DesignerRewardConfig) -> float:
+def designer_reward(
+    win_rate: float, regret_value: float, config: DesignerRewardConfig, *, baseline: float = 0.0
+) -> float:
     """The reward of a valid design from its no-hint win rate and its regret, plus the whole progress
     bonus (``progress_bonus * 1``): a valid design is never worth less than an invalid one, whatever
     the agent made of it (with the bonus on, an invalid design that got far would otherwise out-earn a
-    valid one that nobody solves)."""
+    valid one that nobody solves).
+
+    - ``blend``: ``w_plateau * plateau(win) + w_regret * clip(regret / regret_scale, 0, 1)``;
+    - ``regret``: ``regret``;
+    - ``plateau`` and ``solve_rate``: ``plateau(win)`` (the reference's solve-rate ablation is its blend with
+      plateau weight 1 and regret weight 0: cmd/ablations/train_solve_rate_30b.sh);
+    - ``learning_potential``: ``|win - baseline|``, the baseline being the skill's slow moving average
+      (:attr:`LearningPotential.baseline`; spare/core/utils/delayed_env_rewards.py,
+      recompute_delayed_env_rewards).
+    """
     on_plateau = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
     scaled_regret = min(1.0, max(0.0, regret_value / config.regret_scale))
     if config.mode == "regret":
         return regret_value + config.progress_bonus
-    if config.mode == "plateau":
+    if config.mode in ("plateau", "solve_rate"):
         return on_plateau + config.progress_bonus
+    if config.mode == "learning_potential":
+        return abs(win_rate - baseline) + config.progress_bonus
     return config.w_plateau * on_plateau + config.w_regret * scaled_regret + config.progress_bonus
+
+
+class WindowPlay(NamedTuple):
+    """One iteration's no-hint play of a held design's environment: how many episodes, their win rate and
+    their mean return."""
+
+    iteration: int
+    episodes: int
+    win_rate: float
+    mean_return: float
+
+
+def window_win_rate(plays: Sequence[WindowPlay]) -> float:
+    """The no-hint win rate pooled over the window: ``sum(episodes * win_rate) / sum(episodes)``."""
+    episodes = sum(p.episodes for p in plays)
+    if episodes <= 0:
+        raise ValueError("a window win rate needs at least one episode")
+    return math.fsum(p.episodes * p.win_rate for p in plays) / episodes
+
+
+def window_designer_reward(
+    plays: Sequence[WindowPlay],
+    regret_at_regeneration: float,
+    hint_return: float,
+    config: DesignerRewardConfig,
+    *,
+    baseline: float = 0.0,
+) -> float:
+    """The reward of a valid design held over a delay window, as the reference recomputes it when it
+    trains its proposer (spare/core/utils/delayed_env_rewards.py). ``plays[0]`` is the play of the design's
+    own iteration (its regeneration), with the hint's mean return ``hint_return`` and the regret
+    ``regret_at_regeneration`` measured then; the win rate is pooled over every play of the window
+    (:func:`window_win_rate`). Then :func:`designer_reward` with
+
+    - ``blend``: the plateau of the pooled win rate and the regret at regeneration (matched timing: both
+      arms played by the same weights; recompute_delayed_env_rewards_blend);
+    - ``regret``: ``max(0, hint_return - mean no-hint return pooled over the window)``
+      (recompute_delayed_env_rewards_regret); over a window of one play, that play's regret;
+    - ``plateau`` / ``solve_rate`` / ``learning_potential``: the pooled win rate.
+
+    A window of one play gives exactly the immediate reward ``designer_reward(win, regret)``."""
+    if not plays:
+        raise ValueError("a held design is rewarded from at least the play of its own iteration")
+    win = window_win_rate(plays)
+    regret_value = regret_at_regeneration
+    if config.mode == "regret" and len(plays) > 1:
+        episodes = sum(p.episodes for p in plays)
+        pooled_return = math.fsum(p.episodes * p.mean_return for p in plays) / episodes
+        regret_value = max(0.0, hint_return - pooled_return)
+    return designer_reward(win, regret_value, config, baseline=baseline)
+
+
+@dataclass(frozen=True)
+class LearningPotential:
+    """One skill's fast and slow moving averages of the agent's win rate (spare/core/learning_potential.py):
+    the first value sets both; then ``mu <- (1 - gamma) * mu + gamma * r`` for each (gamma weighs the new
+    value: the fast average follows it more closely). None before any value."""
+
+    mu_fast: float | None = None
+    mu_slow: float | None = None
+
+    def updated(self, value: float, gamma_fast: float, gamma_slow: float) -> LearningPotential:
+        if self.mu_fast is None or self.mu_slow is None:
+            return LearningPotential(value, value)
+        return LearningPotential(
+            (1 - gamma_fast) * self.mu_fast + gamma_fast * value,
+            (1 - gamma_slow) * self.mu_slow + gamma_slow * value,
+        )
+
+    @property
+    def baseline(self) -> float:
+        """The slow average (0 before any value): the learning-potential reward is ``|win - baseline|``."""
+        return self.mu_slow if self.mu_slow is not None else 0.0
+
+    def signed_potential(self, gamma_fast: float, gamma_slow: float) -> float:
+        """``(mu_fast - mu_slow) / (2 * (gamma_fast - gamma_slow))``: the reference logs it, as a metric."""
+        if self.mu_fast is None or self.mu_slow is None:
+            return 0.0
+        return (self.mu_fast - self.mu_slow) / (2 * (gamma_fast - gamma_slow))
 
 
 # How far a design got, by the first failure: stages before the validation battery, then the

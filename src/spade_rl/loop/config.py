@@ -41,6 +41,7 @@ from spade_rl.design.validate import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.evaluate.config import EvalConfig
 from spade_rl.executor.config import ExecutorConfig
+from spade_rl.loop.delayed import cohorts_due_at_once
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.warmup import WarmupConfig
 from spade_rl.policy import PolicyConfig, TransformersConfig
@@ -350,16 +351,25 @@ class RunConfig:
                 f"({processes} processes): set warmup.designs = 0"
             )
         designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
+        # With a delayed reward the last iteration trains every design phase still held (loop/delayed.py).
+        phases = cohorts_due_at_once(loop.iterations, loop.regenerate_every, self.rewards.delay)
+        designer_blocks *= phases
         if not self.designer.trains:
             designer_blocks = 0  # no designer sample reaches the update
         blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
         if train.rows_per_update < group * blocks:
+            delayed = (
+                f"; with rewards.delay = {self.rewards.delay} the last iteration trains the designs of "
+                f"{phases} design phases"
+                if phases > 1 and designer_blocks
+                else ""
+            )
             raise ConfigError(
                 f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
                 f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
                 f"each of {processes} process(es) (blocks of group_size={group} for "
-                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s)): raise the "
-                "batch or accumulation, or play fewer environments"
+                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s){delayed}): "
+                "raise the batch or accumulation, or play fewer environments"
             )
 
 

@@ -14,7 +14,9 @@ One iteration (``SelfPlay.iteration``), top to bottom as in SPADE.md:
    the hint and as many times with it.
 5. **Reward**: the agent's return per episode, z-scored within the plays of one environment (only
    no-hint episodes are training samples); the designer's regret-and-plateau reward per valid design,
-   a fixed penalty per invalid one, centred within the iteration (or skill).
+   a fixed penalty per invalid one, centred within the iteration (or skill). With ``rewards.delay = D``
+   a design phase's designs are held until ``D`` iterations later, their environments played first
+   meanwhile, and rewarded from that window (loop/delayed.py).
 6. **Update**: one GRPO step of the shared policy on the designer and agent samples together.
 7. **Remember**: play statistics per environment and iteration go into the archive, which feeds
    the next iteration's memory and pool.
@@ -22,7 +24,8 @@ One iteration (``SelfPlay.iteration``), top to bottom as in SPADE.md:
 The run directory holds ``config.json`` (the resolved configuration), ``archive.sqlite``,
 ``metrics.jsonl`` (one line per iteration), ``transcripts.jsonl`` (sampled episodes),
 ``eval/iter-NNNN.json`` (in-loop evaluations, ``[eval] every``) and ``checkpoints/iter-NNNN/``
-(model or adapter, optimiser, scheduler, RNG states, iteration). Every
+(model or adapter, optimiser, scheduler, RNG states, iteration, and ``designer_rewards.json``: the designs
+held for a delayed reward and the learning-potential averages). Every
 random choice of iteration ``i`` comes from ``random.Random(f"{seed}:{i}")``, so a resumed run
 replays an interrupted iteration exactly, after the archive has forgotten its partial records.
 
@@ -46,6 +49,7 @@ from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
+from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.rundir import RunDirectory
@@ -54,13 +58,7 @@ from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
-from spade_rl.rewards import (
-    centred_advantages,
-    designer_reward,
-    designer_scale,
-    invalid_design_reward,
-    zscore_advantages,
-)
+from spade_rl.rewards import centred_advantages, designer_scale, zscore_advantages
 from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import play_stats
@@ -105,6 +103,10 @@ class SelfPlay:
         self.executor = make_executor(config.executor, config.sandbox)
         self.executor.start()
         self.archive = Archive(self.files.archive_path, config.archive)
+        # Designs held for a delayed reward (rewards.delay) and the learning-potential averages.
+        self.designer_rewards = DesignerRewards(
+            config.rewards, config.loop.regenerate_every, config.design.invalid
+        )
         if resume:
             self._restore()
         seed_pool(self.archive, self.executor, config.pool, config.design_phase.validation)
@@ -151,13 +153,13 @@ class SelfPlay:
 
         # 4. play K without and K with the hint
         t = time.perf_counter()
-        played = self._play(self._choose_envs(designs, rng), rng, i)
+        played = self._play(self._choose_envs(designs, rng, self.designer_rewards.to_play(i)), rng, i)
         times["time/play_s"] = time.perf_counter() - t
 
         # 5. rewards and advantages; 7. statistics into the archive
         for env in played:
             self.archive.record_stats(env.env_id, i, env.stats)
-        batch = self._batch(designs, played)
+        batch = self._batch(designs, played, i, self.designer_rewards)
 
         # 6. one GRPO update of the shared policy
         t = time.perf_counter()
@@ -178,10 +180,12 @@ class SelfPlay:
             metrics.update(self._evaluate_iteration(i))  # after the update: the weights of iteration i
         return metrics
 
-    def _choose_envs(self, designs: list[Design], rng: random.Random) -> list[int]:
-        """New valid designs first, then the frontier-weighted pool, up to ``envs_per_iteration``."""
+    def _choose_envs(self, designs: list[Design], rng: random.Random, held: list[int] = ()) -> list[int]:
+        """New valid designs first, then those ``held`` for a delayed reward in their window (the reference
+        plays a window's environments in every rollout of it), then the frontier-weighted pool, up to
+        ``envs_per_iteration``."""
         wanted = self.config.loop.envs_per_iteration
-        chosen = list(dict.fromkeys(d.env_id for d in designs if d.valid))[:wanted]
+        chosen = list(dict.fromkeys([*(d.env_id for d in designs if d.valid), *held]))[:wanted]
         if len(chosen) < wanted:
             pool = self.archive.sample_pool(wanted, rng, setting=self.config.design.setting)
             chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
@@ -216,12 +220,20 @@ class SelfPlay:
             played.append(PlayedEnv(record.env_id, nohint, hint, play_stats(nohint, hint)))
         return played
 
-    def _batch(self, designs: list[Design], played: list[PlayedEnv]) -> TrainingBatch:
+    def _batch(
+        self,
+        designs: list[Design],
+        played: list[PlayedEnv],
+        iteration: int = 1,
+        rewards: DesignerRewards | None = None,
+    ) -> TrainingBatch:
         """Both roles' samples: the agent's no-hint episodes, one group per environment with z-scored
-        returns; one reward per proposal (valid and played: regret and plateau; invalid: the penalty),
-        centred per group, numbered after the agent's groups."""
-        drop = self.config.loop.drop_zero_signal_groups
-        batch = TrainingBatch(designer_trains=self.config.designer.trains)
+        returns; one reward per proposal that falls due (``rewards``: at once, or held for rewards.delay
+        iterations; valid and played: regret and plateau; invalid: the penalty), centred per design phase and
+        group, numbered after the agent's groups."""
+        cfg = self.config
+        drop = cfg.loop.drop_zero_signal_groups
+        batch = TrainingBatch(designer_trains=cfg.designer.trains)
         for group, env in enumerate(played):
             advantages = zscore_advantages([e.return_ for e in env.nohint])
             batch.agent_groups += 1
@@ -231,32 +243,29 @@ class SelfPlay:
             usable = [(e, a) for e, a in zip(env.nohint, advantages.advantages, strict=True) if e.token_ids]
             batch.agent += [sample_from_episode(e, a, group) for e, a in usable]
 
-        rewards_config = self.config.rewards
-        by_env = {p.env_id: p for p in played}
+        rewards_config = cfg.rewards
+        if rewards is None:  # nothing held from earlier iterations (a batch computed on its own)
+            rewards = DesignerRewards(rewards_config, cfg.loop.regenerate_every, cfg.design.invalid)
+        due = rewards.step(designs, played, iteration, last=iteration == cfg.loop.iterations)
+        if rewards_config.delay > 0:
+            batch.designer_held, batch.designer_rewarded = len(rewards.held), len(due)
+        batch.designer_metrics = rewards.metrics()
         rewarded = []
-        for design in designs:
-            if design.valid:
-                env = by_env.get(design.env_id)
-                if env is None:
-                    continue  # valid but not played this iteration: no reward to learn from
-                reward = designer_reward(env.stats.win_rate_nohint, env.stats.regret, rewards_config)
-            elif self.config.design.invalid == "retry":
-                continue  # the reference's: a design that failed every try gets no gradient
-            else:
-                checks = design.report.checks if design.report is not None else ()
-                reward = invalid_design_reward(design.reason, rewards_config, checks)
+        for held, reward in due:
             if reward < 0 and rewards_config.mask_negative:
                 batch.designer_masked += 1
                 continue
-            rewarded.append((design, reward))
+            rewarded.append((held, reward))
         if rewarded:
             batch.designer_reward_mean = sum(r for _, r in rewarded) / len(rewarded)
-        by_group: dict[str, list] = {}
-        for design, reward in rewarded:
-            key = "all" if self.config.loop.designer_group_by == "iteration" else design.skill
-            by_group.setdefault(key, []).append((design, reward))
-        designed = sum(1 for design, _ in rewarded if design.generation.completion_token_ids)
-        scale = designer_scale(len(batch.agent), designed, self.config.loop.regenerate_every, rewards_config)
+        by_group: dict[tuple[int, str], list] = {}
+        for held, reward in rewarded:
+            # One design phase's designs are centred together (several fall due at once only in the last
+            # iteration of a delayed run), per skill or all of them.
+            key = "all" if cfg.loop.designer_group_by == "iteration" else held.skill
+            by_group.setdefault((held.iteration, key), []).append((held, reward))
+        designed = sum(1 for held, _ in rewarded if held.generation is not None)
+        scale = designer_scale(len(batch.agent), designed, cfg.loop.regenerate_every, rewards_config)
         batch.designer_scale = scale
         for offset, members in enumerate(by_group.values()):
             advantages = centred_advantages([r for _, r in members])
@@ -265,10 +274,10 @@ class SelfPlay:
                 batch.designer_zero_signal += 1
                 if drop:
                     continue
-            for (design, _), a in zip(members, advantages.advantages, strict=True):
-                if design.generation.completion_token_ids:
+            for (held, _), a in zip(members, advantages.advantages, strict=True):
+                if held.generation is not None:
                     group = len(played) + offset
-                    batch.designer.append(sample_from_generation(design.generation, a * scale, group))
+                    batch.designer.append(sample_from_generation(held.generation, a * scale, group))
         return batch
 
     def _update(self, batch: TrainingBatch) -> UpdateResult:
@@ -335,7 +344,7 @@ class SelfPlay:
         """Checkpoint the last recorded iteration if it has no checkpoint yet (a run stopped early)."""
         done = self.next_iteration - 1
         if done >= 1 and not self.files.has_checkpoint(done):
-            self.files.checkpoint(done, self.updater.save)
+            self.files.checkpoint(done, self._save_state)
 
     # --- the run directory (loop/rundir.py) ---------------------------------------------------------------
     def _record(self, metrics: dict) -> None:
@@ -343,11 +352,20 @@ class SelfPlay:
         i = metrics["iteration"]
         self.files.append_metrics(metrics)
         if i % self.config.loop.checkpoint_every == 0 or i == self.config.loop.iterations:
-            self.files.checkpoint(i, self.updater.save)
+            self.files.checkpoint(i, self._save_state)
         self.next_iteration = i + 1
 
+    def _save_state(self, path: Path) -> None:
+        """A checkpoint's contents: the updater in ``path`` and, beside it, the held designer rewards."""
+        self.updater.save(path)
+        self.designer_rewards.save(path.parent / STATE_FILE)
+
+    def _load_state(self, path: Path) -> None:
+        self.updater.load(path)
+        self.designer_rewards.restore(path.parent / STATE_FILE)
+
     def _restore(self) -> None:
-        done = self.files.restore(self.updater.load)
+        done = self.files.restore(self._load_state)
         removed = self.archive.discard_after(done)
         self.next_iteration = done + 1
         log.info(

@@ -115,8 +115,9 @@ class PlayedEnv:
 @dataclass
 class TrainingBatch:
     """The samples of one update: the agent's (one group per played environment, z-scored returns of the
-    no-hint episodes) and the designer's (one per rewarded proposal, centred per group); ``groups`` and
-    ``zero_signal`` count the groups of each role, dropped or not."""
+    no-hint episodes) and the designer's (one per proposal rewarded now, centred per group: with a delay,
+    proposals of an earlier iteration); ``groups`` and ``zero_signal`` count the groups of each role,
+    dropped or not."""
 
     agent: list[Sample] = field(default_factory=list)
     designer: list[Sample] = field(default_factory=list)
@@ -128,6 +129,10 @@ class TrainingBatch:
     designer_scale: float = 1.0  # the factor of the designer's advantages (rewards.scale)
     designer_masked: int = 0  # designs left out for a negative reward (rewards.mask_negative)
     designer_trains: bool = True  # False: the designer's samples are rewarded but kept out of the update
+    # With rewards.delay > 0: designs still held for their reward after this iteration; those rewarded in it.
+    designer_held: int | None = None
+    designer_rewarded: int | None = None
+    designer_metrics: dict[str, float] = field(default_factory=dict)  # designer/lp/<skill>/... (delayed.py)
 
     @property
     def samples(self) -> list[Sample]:
@@ -188,6 +193,10 @@ def iteration_metrics(
         metrics["designer/masked_negative"] = batch.designer_masked
     if batch.designer_scale != 1.0:
         metrics["designer/advantage_scale"] = batch.designer_scale
+    if batch.designer_held is not None:
+        metrics["designer/held"] = batch.designer_held
+        metrics["designer/rewarded"] = batch.designer_rewarded
+    metrics.update(batch.designer_metrics)
     metrics["groups/total"] = batch.agent_groups + batch.designer_groups
     metrics["groups/zero_signal"] = batch.agent_zero_signal + batch.designer_zero_signal
     trained = batch.samples
