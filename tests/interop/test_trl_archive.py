@@ -251,3 +251,24 @@ def test_grpo_trainer_trains_a_tiny_model_on_an_exported_pool(pool_files, sandbo
     assert [h["env/win_rate"] for h in logs] == pytest.approx([sum(r) / 8 for r in rewarded])
     change = max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before, strict=True))
     assert change > 1e-5
+
+
+@pytest.mark.slow
+def test_the_example_trains_on_a_jsonl_pool(pool_files, tmp_path, capsys):
+    """examples/trl_grpo_archive.py end to end at tiny scale: one step of the tiny random model."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo_archive.py"
+    spec = importlib.util.spec_from_file_location("trl_grpo_archive", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = tmp_path / "trained"
+    argv = ["--jsonl", str(pool_files[1]), "--envs", str(pool_files[2][0]), "--model", "tiny-random"]
+    argv += ["--steps", "1", "--seeds", "2", "--group-size", "2", "--batch", "4", "--max-turns", "2"]
+    argv += ["--max-new-tokens", "8", "--max-context", "512", "--no-boxed", "--sandbox-workers", "1"]
+    assert example.main([*argv, "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 environments from" in printed and "mean episode return: first step" in printed
+    assert (out / "config.json").exists()
+    assert example.main(["--jsonl", str(tmp_path / "missing.jsonl")]) == 2
