@@ -18,6 +18,12 @@ GENERATOR = "SPADE.md, the reference recipe: invalid designs retried up to 8 tim
 MEMORY = "spare/core/env_memory.py (EnvironmentMemory)"
 DELAYED = "spare/core/utils/delayed_env_rewards.py (negative blends masked)"
 SCALE = "spare/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
+DELAY = (
+    " (--spare-proposer-training-delay; held in spare/slime/spare_rollout.py, rewarded by "
+    "spare/core/utils/delayed_env_rewards.py)"
+)
+LP = " (--spare-gamma1 / --spare-gamma2; spare/core/learning_potential.py)"
+ABLATIONS = "cmd/ablations/train_{learning_potential,solve_rate}_30b.sh"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
 REFERENCE = [
@@ -51,6 +57,9 @@ REFERENCE = [
     ("rewards.scale", "reference", "reference", SCALE, SCALE),
     ("rewards.mask_negative", True, True, DELAYED, DELAYED),
     ("rewards.max_scale", 50.0, 50.0, SCALE, SCALE),
+    ("rewards.delay", 4, 8, GAMES + DELAY, TOOLS + DELAY),
+    ("rewards.lp_gamma_fast", 0.98, 0.98, GAMES + LP, TOOLS + LP),
+    ("rewards.lp_gamma_slow", 0.85, 0.85, GAMES + LP, TOOLS + LP),
     ("train.learning_rate", 1e-6, 1e-6, GAMES, TOOLS),
     ("train.lr_scheduler_type", "constant", "constant", GAMES, TOOLS),
     ("train.weight_decay", 0.1, 0.1, GAMES, TOOLS),
@@ -97,3 +106,11 @@ def test_the_paper_configurations_hold_the_reference_values(
 def test_the_gpu_experiment_runs_on_the_paper_configuration():
     text = (CONFIGS.parent / "experiments" / "qwen3-gpu.toml").read_text()
     assert 'base = "../configs/spade-paper-games.toml"' in text
+
+
+@pytest.mark.parametrize("mode", ["learning_potential", "solve_rate"])
+def test_the_reward_ablations_run_on_the_paper_configuration(mode):
+    """The reference's reward controls (ABLATIONS) are the paper configuration with one reward mode, delay
+    and all (their launcher is the 30b games script, PROPOSER_DELAY 4)."""
+    config = load_config(CONFIGS / "spade-paper-games.toml", [f"rewards.mode='{mode}'"], processes=1)
+    assert (config.rewards.mode, config.rewards.delay) == (mode, 4), ABLATIONS

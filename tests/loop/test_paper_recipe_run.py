@@ -1,7 +1,8 @@
 """The paper configuration scaled down (tiny model, two iterations): every reference mechanism spade-rl
 has goes through one real run (skill rotation, the separate hint call at its own temperature, retries of
-invalid designs, the reference memory, scaled designer advantages, recomputed old log-probs with
-truncated importance sampling, the reference's optimiser settings), through the real sandbox."""
+invalid designs, the reference memory, the delayed designer reward, scaled designer advantages, recomputed
+old log-probs with truncated importance sampling, the reference's optimiser settings), through the real
+sandbox; once with the paper's blend and once with the learning-potential ablation."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ PAPER = Path(__file__).resolve().parents[2] / "configs" / "spade-paper-games.tom
 
 
 @pytest.mark.slow
-def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
+@pytest.mark.parametrize("mode", ["blend", "learning_potential"])
+def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path, mode):
     scaled_down = [
         "policy.transformers.device='cpu'",
         "policy.transformers.dtype='float32'",
@@ -30,9 +32,11 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
         "train.learning_rate=1e-3",
         "train.group_size=4",
         "train.per_device_train_batch_size=4",
-        "train.gradient_accumulation_steps=4",
+        "train.gradient_accumulation_steps=6",  # 2 environments and 2 skills of 2 design phases at the end
         "loop.iterations=2",
         "loop.regenerate_every=1",
+        "rewards.delay=1",  # D = regenerate_every, as in both paper configurations
+        f"rewards.mode='{mode}'",
         "loop.designs_per_iteration=2",
         "loop.envs_per_iteration=2",
         "loop.plays_per_env=4",
@@ -53,6 +57,7 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
     assert config.design.hint_mode == "separate" and config.archive.memory_mode == "reference"
     assert config.train.old_logprobs == "recompute" and config.train.tis_cap == 2.0
     assert config.rewards.scale == "reference" and config.rewards.mask_negative
+    assert load_config(PAPER, processes=1).rewards.delay == 4
     model, tokenizer = tiny_random_model(seed=0)
     written = []
 
@@ -76,6 +81,12 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path):
     first = metrics[0]
     assert first["designer/reasons"] == {"ok": 2, "timeout": 1}  # the hanging slot was asked again
     assert first["designer/proposed"] == 3
+    # Delayed: the two valid designs of iteration 1 are held (the hanging one, retried, has no gradient) and
+    # trained in iteration 2 with the two of iteration 2 (the last iteration rewards everything held).
+    assert (first["designer/held"], first["designer/rewarded"], first["samples/designer"]) == (2, 0, 0)
+    assert (metrics[1]["designer/held"], metrics[1]["designer/rewarded"]) == (0, 4)
+    if mode == "learning_potential":
+        assert any(key.startswith("designer/lp/") for key in metrics[1])
     # min(N_agent / N_designer * 1, 50), in an iteration whose agent groups had a signal
     assert any(m.get("designer/advantage_scale", 1.0) > 1.0 for m in metrics)
     assert any("train/loss" in m for m in metrics)  # updated, with recomputed old log-probs and TIS
