@@ -4,6 +4,7 @@ GRPO steps of a tiny random model whose rewards are the episodes' returns."""
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,9 @@ from fixture_envs import PARITY
 from spade_rl.archive import Archive
 from spade_rl.interop.trl import (
     ROW_KEYS,
+    TOOL_INSTRUCTIONS,
+    SandboxEnvironment,
+    SandboxEnvironments,
     SandboxRollout,
     environment_return,
     episode_prompt,
@@ -189,6 +193,40 @@ def test_the_reward_function_returns_the_returns_and_logs_play():
     assert logged == {"env/win_rate": 0.5, "env/mean_turns": 2.0, "env/env_error_rate": 0.5}
 
 
+def test_the_tool_environment_plays_one_episode_per_reset_in_the_sandbox(pool_files, sandbox):
+    """environment_factory's object, driven as TRL's tool loop drives it: reset with a dataset row, then
+    one act per tool call; get_reward is the episode's return."""
+    envs = load_pool(pool_files[1])
+    factory = SandboxEnvironments(envs, sandbox, CONFIG)
+    data = factory.dataset(seeds=[0, 1])
+    assert data[0]["prompt"] == [{"role": "user", "content": TOOL_INSTRUCTIONS}]
+    assert (data[0]["env"], data[0]["seed"]) == (envs[0].label, 0)
+    tools = {
+        n for n, _ in inspect.getmembers(SandboxEnvironment, inspect.isfunction) if not n.startswith("_")
+    }
+    assert tools == {"reset", "act", "get_reward"}  # TRL exposes all but reset and get_reward as tools
+
+    env = factory()
+    assert env.reset(**data[0]) == "Say something of the right length."
+    assert env.act("xx") == "yes\n\nThe episode is over." and env.get_reward() == 1.0
+    assert env.act("xx").startswith("The episode is over") and len(env.episode.turns) == 1
+    assert env.reset(**data[1]) == "Say something of the right length."  # the same instance, anew
+    assert env.act("xx") == "no" and env.act("xx") == "no\n\nThe episode is over."
+    assert env.get_reward() == 0.0 and env.episode.stop_reason == "truncated"
+    assert env.reset(env=envs[0].label, seed=3) and env.act("x") == "yes\n\nThe episode is over."
+
+    broken = factory()
+    answer = broken.reset(env=envs[1].label, seed=0, prompt="ignored")
+    assert answer.startswith("The environment failed") and "broken on purpose" in answer
+    assert broken.get_reward() == 0.0 and broken.episode.stop_reason == "env_error"
+    assert broken.act("x").startswith("The episode is over")
+    assert factory().get_reward() == 0.0  # never reset: nothing won
+    with pytest.raises(ValueError, match="does not name an episode"):
+        factory().reset(env="env999", seed=0)
+    with pytest.raises(ValueError, match="env column"):
+        factory().reset(prompt="no env")
+
+
 @pytest.mark.slow
 def test_grpo_trainer_trains_a_tiny_model_on_an_exported_pool(pool_files, sandbox, tokenizer, tmp_path):
     """Two GRPOTrainer steps through the real sandbox: the rewards TRL got are the parity game's verdicts
@@ -272,3 +310,57 @@ def test_the_example_trains_on_a_jsonl_pool(pool_files, tmp_path, capsys):
     assert "1 environments from" in printed and "mean episode return: first step" in printed
     assert (out / "config.json").exists()
     assert example.main(["--jsonl", str(tmp_path / "missing.jsonl")]) == 2
+
+
+@pytest.mark.slow
+def test_grpo_trainer_runs_the_tool_environments(pool_files, sandbox, tokenizer, tmp_path):
+    """environment_factory under GRPOTrainer, with a chat template that renders tool calls (TRL's Qwen2.5
+    template over the same ChatML tokens): every rollout's environment is reset in the sandbox from its
+    row, and the reward TRL logs is the environments' get_reward."""
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from chat_templates import with_template
+    from spade_rl.policy import tiny_random_model
+
+    tool_tokenizer = with_template(tokenizer, qwen2_5_chat_template)
+    envs = load_pool(pool_files[1], ids=[pool_files[2][0]])
+    factory = SandboxEnvironments(envs, sandbox, CONFIG)
+    made = []
+
+    def counted():
+        made.append(factory())
+        return made[-1]
+
+    model, _ = tiny_random_model(seed=0, tokenizer=tool_tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=16,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model,
+        args=args,
+        train_dataset=factory.dataset(seeds=range(2)),
+        processing_class=tool_tokenizer,
+        environment_factory=counted,
+    )
+    trainer.train()
+    played = [e for e in made if e.episode is not None]
+    assert len(played) == 4 and {e.episode.spec.source for e in played} == {PARITY}
+    assert sorted(e.episode.spec.seed for e in played) in ([0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1])
+    logged = [
+        h["rewards/SandboxEnvironment/mean"]
+        for h in trainer.state.log_history
+        if "rewards/SandboxEnvironment/mean" in h
+    ]
+    assert logged == pytest.approx([sum(e.get_reward() for e in played) / 4])

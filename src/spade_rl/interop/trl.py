@@ -18,16 +18,20 @@
         )
         trainer.train()
 
-``examples/trl_grpo_archive.py`` is the same as a command.
+``examples/trl_grpo_archive.py`` is the same as a command. With a tool-calling model,
+``environment_factory=SandboxEnvironments(envs, sandbox)`` and its ``dataset(seeds)`` replace the rollout
+(no ``reward_funcs``: each environment's ``get_reward`` is the episode's return).
 
-**Which TRL mechanism, and why.** TRL 1.16 offers two for multi-turn environments. ``environment_factory``
-(the one its guides recommend for tool-using agents) exposes an environment's methods as *tools*: the
-model must emit tool calls in its chat template's format, and the trainer refuses a template that cannot
-render them (``trl.chat_template_utils.supports_tool_calling``; SmolLM2, spade-rl's default model, is
-refused). spade-rl's games take a free-text action (``\\boxed{...}``) each turn, in whatever template the
-model has. So this module uses the other documented mechanism, ``rollout_func`` (TRL's "write the whole
-generation and environment loop yourself"): it plays each episode with :func:`spade_rl.rollout.run_episodes`,
-the loop spade-rl trains with, and hands TRL what that loop records, token for token.
+**Which TRL mechanism, and why.** TRL 1.16 documents two for multi-turn environments, and both are here.
+``rollout_func`` (:class:`SandboxRollout`, the one to use by default) is TRL's "write the generation and
+environment loop yourself": it plays each episode with :func:`spade_rl.rollout.run_episodes`, the loop
+spade-rl trains with, and hands TRL what that loop records, token for token; it works with any causal
+model and chat template, and the action is free text (``\\boxed{...}`` in games) as in spade-rl.
+``environment_factory`` (:class:`SandboxEnvironments`, what TRL's guides recommend for tool-using agents)
+exposes the environment's methods as *tools*: TRL generates, the model acts by calling the tool ``act``,
+and TRL refuses a chat template that cannot render tool calls
+(``trl.chat_template_utils.supports_tool_calling``; SmolLM2, spade-rl's default model, is refused). Use it
+with a model that calls tools (Qwen2.5, Qwen3, Llama 3.1 ...).
 
 **What TRL receives.** ``GRPOTrainer`` calls ``rollout(prompts, trainer)`` with its batch of prompts (each
 repeated ``num_generations`` times, one after the other: a GRPO group). A prompt names one episode,
@@ -75,8 +79,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spade_rl.envs.contract import ContractViolation, check_reset_value, check_step_value
 from spade_rl.evaluate.envs_suite import HeldOutEnv, load_environments
-from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, Turn, run_episodes
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -332,3 +337,137 @@ def _end_token(policy: Policy) -> int:
     if eos is None:
         raise ValueError("the policy's tokenizer names no end-of-sequence token (eos_token_id)")
     return int(eos)
+
+
+# --- environment_factory: the environment as a tool, for models that call tools ------------------------
+
+TOOL_INSTRUCTIONS = (
+    "You are playing a text environment. Each turn, call the tool `act` with your action, written as the "
+    "environment asks for it; the tool answers with what the environment says next. Stop when it says "
+    "the episode is over.\n\n"
+)
+
+
+class SandboxEnvironments:
+    """TRL's ``environment_factory`` for the same pool, for models whose chat template calls tools (TRL
+    refuses others): ``GRPOTrainer(..., environment_factory=envs, train_dataset=envs.dataset(8))``.
+
+    Each call gives a :class:`SandboxEnvironment`, whose one tool, ``act(action)``, is one step of the
+    episode in the sandbox; TRL resets it with a dataset row (its ``env`` and ``seed``) and scores it
+    with its ``get_reward`` (the episode's return). ``config`` gives the step deadline, the cut of long
+    observations, the reward range, ``max_turns`` and the environment's time budget; generation is TRL's.
+    """
+
+    def __init__(
+        self, envs: Sequence[HeldOutEnv], sandbox: Sandbox | Executor, config: RolloutConfig | None = None
+    ):
+        self._rollout = SandboxRollout(envs, sandbox, config)  # the same checks of the pool and its names
+        self.sandbox = sandbox
+        self.config = self._rollout.config
+
+    def __call__(self) -> SandboxEnvironment:
+        return SandboxEnvironment(self)
+
+    def dataset(self, seeds: int | Iterable[int] = 1) -> Dataset:
+        """One row per environment and seed: ``prompt`` (the instructions, as a user message: TRL appends
+        the first observation), and ``env``, ``seed``, ``setting`` (what ``reset`` reads)."""
+        rows = self._rollout.dataset(seeds)
+        return rows.map(lambda row: {"prompt": [{"role": "user", "content": TOOL_INSTRUCTIONS}]})
+
+    def spec(self, env: str, seed: int) -> EpisodeSpec:
+        return self._rollout.episode_specs([f"{env}{SEED_SEPARATOR}{seed}"])[0]
+
+
+class SandboxEnvironment:
+    """One episode at a time in the sandbox, driven by TRL's tool calls. Nothing the environment returns
+    raises here: a failure ends the episode (``stop_reason`` "env_error", ``error``) and the tool says so.
+    TRL exposes every public method but ``reset`` and ``get_reward`` as a tool: the rest is private."""
+
+    def __init__(self, pool: SandboxEnvironments):
+        self._pool = pool
+        self._handle: Any = None
+        self.episode: Episode | None = None
+
+    def reset(self, env: str | None = None, seed: int = 0, **_row: Any) -> str:
+        """Start the episode a dataset row names (its ``env`` and ``seed`` columns); returns the first
+        observation, or what failed."""
+        if env is None:
+            raise ValueError(
+                "SandboxEnvironment.reset needs the row's env column (SandboxEnvironments.dataset)"
+            )
+        self._close()
+        config = self._pool.config
+        self.episode = episode = Episode(self._pool.spec(env, int(seed)))
+        spec = episode.spec
+        [opened] = self._pool.sandbox.open_many([(spec.source, spec.env_kwargs)], config.call_timeout_s)
+        episode.env_seconds += opened.elapsed_s
+        if not opened.ok:
+            return self._fail(f"open: {opened.reason}: {opened.error}")
+        self._handle = opened.value
+        [result] = self._pool.sandbox.call_many(
+            [(self._handle, "reset", {"seed": spec.seed})], config.call_timeout_s
+        )
+        episode.env_seconds += result.elapsed_s
+        try:
+            observation, _ = check_reset_value(result.value) if result.ok else (None, None)
+        except ContractViolation as exc:
+            return self._fail(f"reset: {exc}")
+        if observation is None:
+            return self._fail(f"reset: {result.reason}: {result.error}")
+        episode.messages = [{"role": "user", "content": _cut(observation, config.max_observation_chars)}]
+        return episode.messages[0]["content"]
+
+    def act(self, action: str) -> str:
+        """Take one action in the environment.
+
+        Args:
+            action: The action, written the way the environment asks for it.
+
+        Returns:
+            What the environment answers: its next observation, and whether the episode is over.
+        """
+        episode, config = self.episode, self._pool.config
+        if episode is None or episode.stop_reason or self._handle is None:
+            return "The episode is over: no more actions are taken."
+        action = action if isinstance(action, str) else str(action)
+        [result] = self._pool.sandbox.call_many(
+            [(self._handle, "step", {"action": action})], config.call_timeout_s
+        )
+        episode.env_seconds += result.elapsed_s
+        if not result.ok:
+            return self._fail(f"step: {result.reason}: {result.error}")
+        try:
+            step = check_step_value(result.value, config.reward_range)
+        except ContractViolation as exc:
+            return self._fail(f"step: {exc}")
+        observation = _cut(step.observation, config.max_observation_chars)
+        episode.turns.append(Turn(action, observation, step.reward, step.terminated, step.truncated, "stop"))
+        if step.terminated or step.truncated:
+            episode.stop_reason = "terminated" if step.terminated else "truncated"
+        elif len(episode.turns) >= config.max_turns:
+            episode.stop_reason = "max_turns"
+        elif episode.env_seconds > config.episode_env_budget_s:
+            return self._fail(f"time_budget: the environment took {episode.env_seconds:.3g} s")
+        if episode.stop_reason:
+            self._close()
+            return f"{observation}\n\nThe episode is over."
+        return observation
+
+    def get_reward(self) -> float:
+        """The episode's return: its final reward when it terminated, else 0."""
+        return float(self.episode.return_) if self.episode is not None else 0.0
+
+    def _fail(self, error: str) -> str:
+        self.episode.stop_reason = "env_error"
+        self.episode.error = error[:2000]
+        self._close()
+        return f"The environment failed ({error[:200]}). The episode is over."
+
+    def _close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} characters cut]"
