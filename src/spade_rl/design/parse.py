@@ -192,16 +192,25 @@ def parse_question_design(
     opening of the block included. The source of a parsed design is the kit composed with the code:
     one self-contained module. Reasons as :func:`parse_design`'s; a class that is not a
     ``QuestionTask`` is ``no_env_class``. Never raises."""
+    return parse_kit_design(text, "question", truncated, need_hint, rules)
+
+
+def parse_kit_design(
+    text: str, kit: str, truncated: bool = False, need_hint: bool = True, rules: HintRules = HintRules()
+) -> Parsed:
+    """Parse a design written for kit ``kit`` (:mod:`spade_rl.envs.kits`: "question", or "tool_use", a
+    subclass of ``ToolUseTask`` or of ``ToolUseBaseEnv``, the reference's name for it), as
+    :func:`parse_question_design` parses the "question" form. Never raises."""
     try:
-        return _parse_question_design(text, truncated, need_hint, rules)
+        return _parse_kit_design(text, kit, truncated, need_hint, rules)
     except Exception as exc:  # noqa: BLE001 - parsing model output must never raise
         return Parsed("no_code_block", message=f"unreadable designer output ({type(exc).__name__})")
 
 
-def _parse_question_design(text: str, truncated: bool, need_hint: bool, rules: HintRules) -> Parsed:
+def _parse_kit_design(text: str, kit: str, truncated: bool, need_hint: bool, rules: HintRules) -> Parsed:
     from spade_rl.envs import kits
 
-    base = kits.BASE_CLASSES["question"]
+    bases = kits.BASE_NAMES[kit]
     blocks = _blocks(text)
     if not blocks:
         reason = "truncated" if truncated else "no_code_block"
@@ -217,13 +226,14 @@ def _parse_question_design(text: str, truncated: bool, need_hint: bool, rules: H
     if len(classes) > 1:
         names = ", ".join(sorted({c.name for c in classes}))
         return Parsed("multiple_env_classes", source=code, message=f"expected one *Env class, found {names}")
-    if not classes or not any(isinstance(b, ast.Name) and b.id == base for b in classes[0].bases):
+    if not classes or not any(isinstance(b, ast.Name) and b.id in bases for b in classes[0].bases):
         return Parsed(
             "no_env_class",
             source=code,
-            message=f"expected one class whose name ends in {ENV_CLASS_SUFFIX!r} and that subclasses {base}",
+            message=f"expected one class whose name ends in {ENV_CLASS_SUFFIX!r} and that subclasses "
+            + " or ".join(bases),
         )
-    source = kits.compose("question", code)
+    source = kits.compose(kit, code)
     if not need_hint:
         return Parsed("ok", source=source)
     hint = _class_hint(classes[0])

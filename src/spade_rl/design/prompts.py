@@ -205,6 +205,104 @@ def question_designer_chat(
     return [{"role": "system", "content": _QUESTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+# --- the "tool_kit" form: a design is a ToolUseTask subclass (spade_rl.envs.kits, kit "tool_use") -------
+# In the spirit of the reference's designer prompt for tool use (spare/core/prompts/tool_use_template.py,
+# generate_tool_use_prompt_multiturn): the kit does the parsing and dispatch, the design writes the tools,
+# the data and the task; one domain and one task type are drawn per design.
+TOOL_KIT_PREFIX = QUESTION_PREFIX  # the answer opens the class; the rest is the designer's own
+TOOL_KIT_STOP = QUESTION_STOP
+
+# What each tool-use skill is about (the reference's _TOOL_USE_DOMAINS, one per skill of this setting).
+TOOL_DOMAINS = {
+    "retail": "a shop's orders: items, stock, orders, refunds and shipping",
+    "travel": "travel booking: flights and hotels to search, reserve, pay for or cancel",
+    "calendar": "a calendar assistant: events, invitations and reminders",
+    "banking": "personal banking: accounts, balances, transfers, cards and invoices",
+    "files": "a file system: folders and files to list, create, move, copy or delete",
+    "data lookup": "a records database: customers, tickets or products to search, filter and sum up",
+}
+# The reference's task variants (_TASK_TYPE_BLOCKS) and how often each is drawn (_TASK_TYPE_ROTATION:
+# 3 execute, 2 read_then_write, 1 missing_value, 1 irrelevant in 7).
+TOOL_TASK_TYPES = {
+    "execute": "The user's instructions say plainly what to do; the agent calls the right tools in order.",
+    "read_then_write": (
+        "At least one instruction makes the agent read first and then act on what it read "
+        "(for example: cancel every order above 100 dollars); its check looks at the resulting state."
+    ),
+    "missing_value": (
+        "At least one instruction leaves out a value the agent needs (for example: pay my latest invoice, "
+        "with no invoice id): the agent must find it with a tool first; a tool given a wrong value fails."
+    ),
+    "irrelevant": (
+        "Exactly one instruction asks for something no tool can do (for example the weather); add a tool "
+        "decline_request(reason) that records the refusal, and that instruction is done only by it."
+    ),
+}
+TOOL_TASK_WEIGHTS = {"execute": 3, "read_then_write": 2, "missing_value": 1, "irrelevant": 1}
+
+_TOOL_KIT_SYSTEM = """\
+You write Python classes that are tool-use training tasks for an AI agent. A task is a subclass of
+ToolUseTask whose name ends in Env, with:
+- tools: a dict {name: (description, {parameter: type})}; a type is "string", "integer", "number",
+  "boolean", "array" or "object", or a dict such as {"enum": ["a", "b"]}.
+- one method tool_<name>(self, <parameters>) per tool, with exactly the declared parameter names,
+  returning a string, number, list or dict. Tools only read and change the task's own data; they use
+  no randomness.
+- make(self, rng): build the data with rng (a random.Random) and return either (question, answer), the
+  answer found from tool results, or a list of (instruction, check) steps given to the agent one at a
+  time, where check is a function without arguments that is true once the step is done (false, and
+  never raising, at the start).
+- plan(self): the tool calls that solve the task: a list of (tool name, {arguments}); a list of calls
+  inside it is one turn with several calls.
+- hint: a class attribute, one sentence that helps without giving the answer.
+The kit shows the tools, parses the agent's calls, runs your methods and checks the answer. No imports
+are needed. Winning must need at least two tool calls; add one tool the task does not need."""
+
+
+def tool_kit_designer_chat(
+    document: str,
+    skill: str,
+    example: str,
+    task_type: str = "execute",
+    config: PromptConfig = PromptConfig(),
+    title: str = "",
+) -> list[dict]:
+    """The chat that asks for one design in the "tool_kit" form (a ``ToolUseTask`` subclass), shown one
+    ``example`` design, for the domain of ``skill`` and a task type of ``TOOL_TASK_TYPES``; an empty
+    ``document`` leaves the grounding out."""
+    if task_type not in TOOL_TASK_TYPES:
+        raise ValueError(f"tool task type {task_type!r}; allowed: {list(TOOL_TASK_TYPES)}")
+    parts = []
+    if document.strip():
+        parts.append(
+            "Document (you may borrow its names and numbers; the agent never sees it)"
+            + (f" ({title})" if title else "")
+            + ":\n<document>\n"
+            + _truncate_words(document, config.max_document_words)
+            + "\n</document>"
+        )
+    parts.append(f"An example task:\n```python\n{example.strip()}\n```")
+    domain = TOOL_DOMAINS.get(skill, skill)
+    parts.append(
+        f"Write one new task in the domain of {domain}, in the same form as the example. "
+        f"Task type: {TOOL_TASK_TYPES[task_type]} Draw the data with rng, so that each seed gives a new "
+        "instance."
+    )
+    return [{"role": "system", "content": _TOOL_KIT_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+# --- the repair loop: an invalid design sent back with what failed (design.validation.repair_rounds) -----
+def repair_chat(chat: list[dict], answer: str, message: str, form: str = "module") -> list[dict]:
+    """``chat`` and the designer's ``answer``, followed by the failure ``message`` and the request for a
+    corrected design in the same form (the reference's _repair_prompt, spare/core/orchestrator.py)."""
+    what = "the complete corrected module" if form == "module" else "the complete corrected class"
+    request = (
+        f"Your design failed validation: {' '.join(message.split())[:600]}\n\n"
+        f"Fix it, keep the same idea, and answer with {what} in one ```python code block."
+    )
+    return [*chat, {"role": "assistant", "content": answer}, {"role": "user", "content": request}]
+
+
 def __getattr__(name: str):
     if name == "MemoryExample":  # its name before the glossary: the archive's MemoryExample is the other
         import warnings

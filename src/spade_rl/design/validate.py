@@ -18,6 +18,13 @@ Checks, in order (the first failure decides the verdict):
 - ``solution_does_not_win``: replaying ``solution()`` through ``step`` ends terminated with the
   maximum reward, on every seed validation plays (``seeds``: the configured seed, then seeds drawn
   from the source's hash, as training draws its own: an environment honest only at one seed fails);
+- the reset gate, when ``reset_gate_seeds`` is set (the reference's SPADE_RESET_GATE, off by default):
+  ``reset`` with that many more seeds answers well-typed observations, and
+  ``same_instance_every_seed`` when every one of those seeds gives the same instance (the same first
+  observation and the same ``solution()``: the seed is ignored), ``step_check_raises`` when the
+  reset info lists ``unevaluable_steps`` (the tool kit's steps whose check raises on the initial
+  state) at every one of them (a check that raises whatever the data is a bug; one that raises on
+  some seeds only is kept, as the reference keeps it);
 - the empty action and a malformed action each get a well-typed answer, and
   ``malformed_action_wins`` when one ends the episode with the maximum reward;
 - ``never_terminates``: malformed actions end the episode (terminated or truncated) within
@@ -56,6 +63,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from spade_rl.design.answers import leaked_answer, trivial_actions
+from spade_rl.design.llm_validator import LLMValidatorSettings
 from spade_rl.envs.contract import (
     ContractViolation,
     check_reset_value,
@@ -73,6 +81,7 @@ REASONS = frozenset(
         "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range",
         "solution_does_not_win", "malformed_action_wins", "never_terminates", "instance_dependent",
         "nondeterministic", "hint_leaks_answer", "trivial_policy_wins", "judge_rejected", "timeout",
+        "same_instance_every_seed", "step_check_raises",
         "crashed", "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
     }
 )  # fmt: skip
@@ -111,6 +120,16 @@ class ValidationSettings:
     total_timeout_s: float = 20.0
     check_determinism: bool = True
     judge: Judge | None = None
+    # The reference's validation extras (spare/core/orchestrator.py), each off by default:
+    # reset gate: seeds reset beyond ``seeds`` (the reference resets 3: criteria_throw_at_reset in
+    # spare/core/envs/synthetic_game_env.py, under SPADE_RESET_GATE=1 in cmd/tool_use); 0: no gate.
+    reset_gate_seeds: int = 0
+    # repair loop: rounds an invalid design is sent back to its designer with the failure's message
+    # (the reference's env_repair_turns, default 0; spade_rl.design.repair); the design phase runs it.
+    repair_rounds: int = 0
+    # the LLM validator: the policy reads a design that passed the battery and gives a verdict
+    # (the reference's --spade-use-env-validator; spade_rl.design.llm_validator); the design phase runs it.
+    llm_validator: LLMValidatorSettings = field(default_factory=LLMValidatorSettings)
 
     def __post_init__(self) -> None:
         low, high = self.reward_range
@@ -120,6 +139,14 @@ class ValidationSettings:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.call_timeout_s <= 0 or self.total_timeout_s <= 0:
             raise ValueError("call_timeout_s and total_timeout_s must be positive")
+        for name in ("reset_gate_seeds", "repair_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+                raise ValueError(f"{name} must be a whole number from 0 (off) to 64, got {value!r}")
+        if not isinstance(self.llm_validator, LLMValidatorSettings):
+            raise ValueError(
+                f"llm_validator must be LLMValidatorSettings, got {type(self.llm_validator).__name__}"
+            )
         if self.seeds < 1 or self.instances < 1 or self.trivial_seeds < 0:
             raise ValueError(
                 f"seeds and instances must be at least 1 and trivial_seeds at least 0, got seeds="
@@ -155,9 +182,12 @@ def imported_modules(tree: ast.AST) -> list[str]:
 
 def takes_max_turns(tree: ast.Module, class_name: str, _seen: frozenset[str] = frozenset()) -> bool:
     """Whether the class's ``__init__`` has a ``max_turns`` parameter (or ``**kwargs``); a class
-    without its own ``__init__`` inherits the first one found among its bases defined in the same
-    module (a design of a kit inherits the kit's)."""
+    without its own ``__init__`` inherits the first one found among its bases defined (or aliased by
+    ``Name = Class``) in the same module (a design of a kit inherits the kit's)."""
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    for node in tree.body:  # a module-level alias of a class (the tool kit's ToolUseBaseEnv = ToolUseTask)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in classes:
+            classes.update({t.id: classes[node.value.id] for t in node.targets if isinstance(t, ast.Name)})
     node = classes.get(class_name)
     if node is None or class_name in _seen:
         return False
@@ -326,6 +356,11 @@ class _Battery:
         for check, seconds in timings.items():
             self.passed(check, time.perf_counter() - seconds)
 
+        if s.reset_gate_seeds:
+            t = time.perf_counter()
+            self.reset_gate(env)
+            self.passed("reset_gate", t)
+
         t = time.perf_counter()
         for action in MALFORMED_ACTIONS:
             self.reset(env, seeds[0])
@@ -396,6 +431,31 @@ class _Battery:
             self.passed("judge", t)
         report.valid = True
 
+    def reset_gate(self, env: EnvHandle) -> None:
+        """Reset with ``reset_gate_seeds`` more seeds: each answers a well-typed observation; not every
+        one the same instance; not every one with a step whose check raises at the start."""
+        s = self.settings
+        seeds = derived_seeds(self.source, "reset_gate", s.seed, s.reset_gate_seeds)
+        instances, raising = set(), []
+        for seed in seeds:
+            observation, info = self.reset(env, seed)
+            instances.add(_canonical([observation, self.solution(env)]))
+            steps = info.get("unevaluable_steps")
+            raising.append(steps if isinstance(steps, list) and steps else None)
+        if len(seeds) > 1 and len(instances) == 1:
+            raise _Failed(
+                "same_instance_every_seed",
+                f"reset() with {len(seeds)} different seeds gave the same first observation and the same "
+                "solution() every time: draw the instance from random.Random(seed)",
+            )
+        if all(raising):
+            raise _Failed(
+                "step_check_raises",
+                f"the check of step {_short(raising[0])} raises on the initial state at every one of "
+                f"{len(seeds)} seeds (the reset gate): it can never be met; make the check read only "
+                "what make() set up",
+            )
+
     def trivial_policies(self, env: EnvHandle) -> None:
         """Each trivial policy plays ``trivial_seeds`` seeds; one that wins too often fails."""
         s = self.settings
@@ -452,6 +512,11 @@ def _contract(check, *args):
         return check(*args)
     except ContractViolation as exc:
         raise _Failed(exc.reason, str(exc)) from None
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _canonical(transcript: list) -> str:

@@ -12,11 +12,20 @@ Each ``Design`` (``loop/stages.py``) keeps the prompt and the generation, which 
 training samples. ``design.thinking`` sets the chat template's thinking switch for the designer
 (``spade_rl.policy.thinking``); the parser reads the designer's text without its thinking, and the
 generation (token ids and text) keeps all of it.
+
+The reference's validation extras, each off by default (``design.validation``): the reset gate runs in
+the battery; the LLM validator (``llm_validator.enabled``) asks the designer's policy for a verdict on
+each design the battery passed (``judge_rejected`` when it says no; never a training sample); the
+repair loop (``repair_rounds``) sends an invalid design back with its failure's message, up to that many
+rounds, inference-only as in the reference: the first design keeps its verdict and its reward, a
+repaired one is archived (``metadata.repair_of``) and played, and its generation (token ids dropped)
+never trains. Form ``tool_kit`` writes a ``ToolUseTask`` subclass (kit "tool_use").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -24,19 +33,25 @@ from dataclasses import dataclass, field
 
 from spade_rl.archive import Archive, MemorySample
 from spade_rl.corpus import Corpus
-from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_question_design
+from spade_rl.design.llm_validator import parse_verdict, validator_chat
+from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_kit_design, parse_question_design
 from spade_rl.design.prompts import (
     GAME_SKILLS,
     HINT_MODES,
     QUESTION_PREFIX,
     QUESTION_STOP,
     SETTINGS,
+    TOOL_KIT_PREFIX,
+    TOOL_KIT_STOP,
+    TOOL_TASK_WEIGHTS,
     TOOL_USE_SKILLS,
     PromptConfig,
     ShownExample,
     designer_chat,
     hint_chat,
     question_designer_chat,
+    repair_chat,
+    tool_kit_designer_chat,
 )
 from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.envs import kits, reference
@@ -49,7 +64,8 @@ from spade_rl.sandbox import Sandbox
 log = logging.getLogger(__name__)
 
 
-FORMS = ("module", "question")
+FORMS = ("module", "question", "tool_kit")
+KIT_OF_FORM = {"question": "question", "tool_kit": "tool_use"}  # the kit each kit form's designs subclass
 INVALID_DESIGNS = ("penalty", "retry")
 
 
@@ -123,6 +139,16 @@ class DesignPhaseConfig:
                 f"design hint_temperature must be None (design.temperature) or a number in [0, 5], "
                 f"got {self.hint_temperature!r}"
             )
+        if self.form == "tool_kit" and self.thinking == "on":
+            raise ValueError(
+                "design.thinking = 'on' lets the designer think first, but form 'tool_kit' forces its answer "
+                "to open with the code: use form = 'module', or thinking = 'off' or 'template'"
+            )
+        if self.form == "tool_kit" and self.setting != "tool_use":
+            raise ValueError(
+                f"design form 'tool_kit' writes tool-use environments; setting is {self.setting!r} "
+                "(set design.setting = 'tool_use')"
+            )
         if self.form == "question" and self.thinking == "on":
             raise ValueError(
                 "design.thinking = 'on' lets the designer think first, but form 'question' forces its answer "
@@ -182,16 +208,16 @@ def _memory_examples(sample: MemorySample) -> list[ShownExample]:
     return examples
 
 
-def _question_example(memory: MemorySample | None, skill: str) -> str:
-    """The example a "question" design is shown: the code of a design in that form from the memory
+def _question_example(memory: MemorySample | None, skill: str, form: str = "question") -> str:
+    """The example a design in a kit form is shown: the code of a design of that kit from the memory
     (a frontier one first), else the kit's built-in example for the skill."""
     if memory is not None:
         ranked = sorted(memory.examples, key=lambda e: e.role != "positive")
         for example in ranked:
-            part = kits.design_part(example.record.source)
+            part = kits.design_part(example.record.source, KIT_OF_FORM[form])
             if part:
                 return part
-    return kits.EXAMPLES[skill]
+    return kits.tool_example(skill) if form == "tool_kit" else kits.EXAMPLES[skill]
 
 
 def generate_with_prefix(
@@ -295,6 +321,11 @@ def design_environments(
             chat = question_designer_chat(
                 text, skill, _question_example(memory, skill), config.chat_prompt, title
             )
+        elif config.form == "tool_kit":
+            # One task type per design, drawn with the reference's weights (_TASK_TYPE_ROTATION).
+            [task_type] = rng.choices(list(TOOL_TASK_WEIGHTS), weights=list(TOOL_TASK_WEIGHTS.values()))
+            example = _question_example(memory, skill, "tool_kit")
+            chat = tool_kit_designer_chat(text, skill, example, task_type, config.chat_prompt, title)
         else:
             examples = _memory_examples(memory) if memory is not None else []
             chat = designer_chat(text, skill, examples, config.chat_prompt, title)
@@ -309,11 +340,15 @@ def design_environments(
             memory.message if memory is not None else "off",
         )
     designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0)
+    latest = list(designs)
+    repaired = _repair(policy, archive, executor, config, rng, iteration, plans, designs, thinking)
+    for i, design in repaired.items():
+        latest[i] = design
+    designs += list(repaired.values())
     if config.invalid == "retry":
         # The reference's alternative to a penalty: a slot whose design fails is asked again, up to
         # config.retries times (retries_grounded with a document), and what still fails gets no gradient.
         retries = config.retries_grounded if config.grounding else config.retries
-        latest = list(designs)
         for attempt in range(1, retries + 1):
             failed = [i for i, d in enumerate(latest) if not d.valid]
             if not failed:
@@ -329,10 +364,103 @@ def design_environments(
                 thinking,
                 attempt,
             )
-            for i, design in zip(failed, again, strict=True):
-                latest[i] = design
-            designs += again
+            fixed = _repair(
+                policy, archive, executor, config, rng, iteration, [plans[i] for i in failed], again, thinking
+            )
+            for j, (i, design) in enumerate(zip(failed, again, strict=True)):
+                latest[i] = fixed.get(j, design)
+            designs += again + list(fixed.values())
     return designs
+
+
+def _repair(
+    policy: Policy,
+    archive: Archive,
+    executor: Executor | Sandbox,
+    config: DesignPhaseConfig,
+    rng: random.Random,
+    iteration: int,
+    plans: list[tuple],
+    designs: list[Design],
+    thinking: bool | None,
+) -> dict[int, Design]:
+    """The repair loop (``design.validation.repair_rounds``, the reference's env_repair_turns): each
+    invalid design of ``designs`` (one per plan) goes back to the designer with its failure's message,
+    for up to that many rounds, the conversation growing each round as in the reference. Every try is
+    archived; the valid ones come back by plan index, with generations that never train (the reference
+    trains only the first answer)."""
+    repaired: dict[int, Design] = {}
+    open_slots = {i: (plans[i][3], d) for i, d in enumerate(designs) if not d.valid}
+    for round_ in range(1, config.validation.repair_rounds + 1):
+        if not open_slots:
+            break
+        slots = list(open_slots)
+        asked = []
+        for i in slots:
+            chat, failed = open_slots[i]
+            message = f"{failed.reason}: {failed.report.message if failed.report else failed.parsed.message}"
+            asked.append((*plans[i][:3], repair_chat(chat, failed.generation.text, message, config.form)))
+        origins = [open_slots[i][1].env_id for i in slots]
+        again = _attempt(
+            policy, archive, executor, config, rng, iteration, asked, thinking, 0, (round_, origins)
+        )
+        for i, plan, design in zip(slots, asked, again, strict=True):
+            if design.valid:
+                untrained = dataclasses.replace(
+                    design.generation, completion_token_ids=None, completion_logprobs=None
+                )
+                proposal = dataclasses.replace(design.proposal, generation=untrained)
+                repaired[i] = dataclasses.replace(design, proposal=proposal)
+                del open_slots[i]
+            else:
+                open_slots[i] = (plan[3], design)
+    return repaired
+
+
+def _llm_validate(
+    policy: Policy,
+    config: DesignPhaseConfig,
+    parsed: list[Parsed],
+    reports: list[ValidationReport | None],
+    thinking: bool | None,
+    rng: random.Random,
+) -> dict[int, str]:
+    """The LLM validator on every design the battery passed: one batched generation of the policy (never
+    a training sample); a design it rejects becomes ``judge_rejected``. Returns each judged design's
+    answer, cut short, by index (for the archive)."""
+    settings = config.validation.llm_validator
+    wanted = [i for i, report in enumerate(reports) if report is not None and report.valid]
+    if not wanted:
+        return {}
+    chats = [
+        validator_chat(kits.design_part(parsed[i].source) or parsed[i].source, config.setting, settings)
+        for i in wanted
+    ]
+    sampling = SamplingSettings(
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        top_p=config.top_p,
+        seed=rng.randrange(2**31),
+    )
+    generations = policy.generate(chats, sampling, thinking=thinking)
+    opened = opens_thinking(policy, thinking)
+    answers = {}
+    for i, generation in zip(wanted, generations, strict=True):
+        verdict = parse_verdict(strip_thinking(generation.text, opened=opened))
+        report, answers[i] = reports[i], verdict.reason
+        if report is None:  # not reached: only validated designs are judged
+            continue
+        if verdict.accepts(settings):
+            report.checks.append("llm_validator")
+            continue
+        said = (
+            verdict.reason
+            if verdict.accepted is False
+            else "no verdict (llm_validator.no_verdict = 'reject')"
+        )
+        report.valid, report.reason = False, "judge_rejected"
+        report.message = f"the LLM validator rejected it: {said}"
+    return answers
 
 
 def _attempt(
@@ -345,15 +473,17 @@ def _attempt(
     plans: list[tuple],
     thinking: bool | None,
     attempt: int,
+    repair: tuple[int, list[int]] | None = None,
 ) -> list[Design]:
     """One try at each plan (skill, document, memory, chat): generate, parse, hint, validate, and record
-    every proposal in the archive."""
+    every proposal in the archive. ``repair``: (round, the archive id each plan repairs), for a repair."""
+    stop = {"question": (QUESTION_STOP,), "tool_kit": (TOOL_KIT_STOP,)}.get(config.form, ())
     sampling = SamplingSettings(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
         top_p=config.top_p,
         seed=rng.randrange(2**31),
-        stop=(QUESTION_STOP,) if config.form == "question" else (),
+        stop=stop,
         include_stop_string=True,
     )
     chats = [chat for *_, chat in plans]
@@ -361,13 +491,16 @@ def _attempt(
     if config.form == "question":
         generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling, thinking)
         parse = parse_question_design
+    elif config.form == "tool_kit":
+        generations = generate_with_prefix(policy, chats, TOOL_KIT_PREFIX, sampling, thinking)
+        parse = functools.partial(parse_kit_design, kit=KIT_OF_FORM["tool_kit"])
     else:
         generations = policy.generate(chats, sampling, thinking=thinking)
         parse = parse_design
     rules = config.prompt.hint
     # The parser reads the text without the thinking. A forced opening (form "question") starts the
     # answer itself: a <think> that the generation prompt left open is not taken to run on through it.
-    opened = config.form != "question" and opens_thinking(policy, thinking)
+    opened = config.form not in KIT_OF_FORM and opens_thinking(policy, thinking)
     parsed = [
         parse(
             strip_thinking(g.text, opened=opened),
@@ -409,6 +542,9 @@ def _attempt(
         checked, as_executor(executor).validate_many(requests, config.validation), strict=True
     ):
         reports[i] = report
+    judged: dict[int, str] = {}
+    if config.validation.llm_validator.enabled:
+        judged = _llm_validate(policy, config, parsed, reports, thinking, rng)
 
     outcomes = []
     for i, ((skill, document_id, parents, chat), generation, result) in enumerate(
@@ -435,6 +571,8 @@ def _attempt(
                 "finish_reason": generation.finish_reason,
                 "validation_seconds": report.seconds if report else 0.0,
                 **({"attempt": attempt} if attempt else {}),
+                **({"repair": repair[0], "repair_of": repair[1][i]} if repair else {}),
+                **({"llm_validator": judged[i]} if i in judged else {}),
             },
             env_kwargs=report.env_kwargs if valid else None,
         )
@@ -443,9 +581,10 @@ def _attempt(
         )
         outcomes.append(Design(proposal, report, added.env_id, added.duplicate))
         log.info(
-            "design %d%s: %s (%s) env %d",
+            "design %d%s%s: %s (%s) env %d",
             i,
             f" (try {attempt + 1})" if attempt else "",
+            f" (repair {repair[0]} of env {repair[1][i]})" if repair else "",
             "valid" if valid else "invalid",
             reason,
             added.env_id,

@@ -13,6 +13,17 @@ out of a composed source (what the designer is shown as an example and what it w
   last ``\\boxed{...}`` of an action (numbers compared as numbers, text ignoring case and spaces),
   counts turns (a turn with no answer is wasted; ``max_turns`` of them end the episode as truncated)
   and plays its own solution (the answer, boxed).
+- ``tool_use``: ``ToolUseTask`` (also bound to ``ToolUseBaseEnv``, the SPADE reference's name, by an
+  assignment: not a class statement, so the module still holds one ``*Env`` class), a tool-use
+  environment. The design writes ``tools`` (name -> ``(description, {parameter: type})``), one
+  ``tool_<name>`` method per tool, ``make(self, rng)`` returning ``(question, answer)`` or a list of
+  ``(instruction, check)`` steps shown one at a time (BFCL-style progressive instructions), and
+  ``plan(self)``, the tool calls that solve the instance; the kit writes the tools' OpenAI function
+  schemas into the first observation (and into the reset info as ``tools``, for a chat template's
+  native ``tools=``), parses ``<tool_call>`` blocks (JSON or Qwen3's ``<function=...>`` form),
+  checks arguments against the schemas, runs the tools, judges ``<answer>...</answer>`` and plays
+  ``plan()`` then the answer as its solution. Reset info of a stepped task lists the steps whose
+  check raises on the initial state (``unevaluable_steps``: the reset gate of the validation reads it).
 
     >>> from spade_rl.envs import kits
     >>> source = kits.compose("question", kits.EXAMPLES["math"])
@@ -23,8 +34,13 @@ out of a composed source (what the designer is shown as an example and what it w
 import functools
 from importlib import resources
 
-NAMES: tuple[str, ...] = ("question",)
-BASE_CLASSES: dict[str, str] = {"question": "QuestionTask"}
+NAMES: tuple[str, ...] = ("question", "tool_use")
+BASE_CLASSES: dict[str, str] = {"question": "QuestionTask", "tool_use": "ToolUseTask"}
+# The names a design may subclass: the base class, and the reference's name for it.
+BASE_NAMES: dict[str, tuple[str, ...]] = {
+    "question": ("QuestionTask",),
+    "tool_use": ("ToolUseTask", "ToolUseBaseEnv"),
+}
 DESIGN_MARKER = "# --- the design ---"  # the kit's last line: what follows is the design
 
 # One short, correct design per game skill: the example a designer prompt shows when the archive has
@@ -94,6 +110,98 @@ class TankLevelEnv(QuestionTask):
 }
 
 
+# Short, correct tool-use designs (kit "tool_use"): a question answered from several tool results, and
+# instructions given one at a time. A tool-use skill without its own example is shown the first one.
+TOOL_EXAMPLES: dict[str, str] = {
+    "banking": """\
+class AccountTotalEnv(ToolUseTask):
+    tools = {
+        "list_accounts": ("List the ids of a customer's accounts.", {"customer": "string"}),
+        "get_balance": ("Get the balance of an account in dollars.", {"account_id": "string"}),
+        "get_rate": ("Get the yearly interest rate of a kind.", {"kind": {"enum": ["savings", "loan"]}}),
+    }
+    hint = "List the customer's accounts first, then look up every balance and add them."
+
+    def make(self, rng):
+        owners = rng.sample(["Ana", "Ben", "Chen", "Dara"], 2)
+        ids = [f"A{n}" for n in rng.sample(range(100, 1000), 6)]
+        self.accounts = {i: (owners[k % 2], rng.randint(20, 900)) for k, i in enumerate(ids)}
+        self.customer = owners[0]
+        total = sum(money for owner, money in self.accounts.values() if owner == self.customer)
+        return f"What is the total balance, in dollars, of all accounts of {self.customer}?", total
+
+    def tool_list_accounts(self, customer):
+        return [i for i, (owner, _) in self.accounts.items() if owner == customer]
+
+    def tool_get_balance(self, account_id):
+        if account_id not in self.accounts:
+            return "Error: no account " + account_id
+        return self.accounts[account_id][1]
+
+    def tool_get_rate(self, kind):
+        return {"savings": 2.5, "loan": 6.0}[kind]
+
+    def plan(self):
+        mine = self.tool_list_accounts(self.customer)
+        balances = [("get_balance", {"account_id": i}) for i in mine]  # a list: several calls in one turn
+        return [("list_accounts", {"customer": self.customer}), balances]
+""",
+    "files": """\
+class TidyInboxEnv(ToolUseTask):
+    tools = {
+        "list_files": ("List the files in a folder.", {"folder": "string"}),
+        "make_folder": ("Create a folder.", {"folder": "string"}),
+        "move_file": ("Move a file to a folder.", {"name": "string", "source": "string", "target": "string"}),
+        "delete_file": ("Delete a file from a folder.", {"name": "string", "folder": "string"}),
+    }
+    hint = "List a folder before acting on it: the full file names are only known from the listing."
+
+    def make(self, rng):
+        kinds = rng.sample(["report", "notes", "budget", "photo", "draft"], 4)
+        self.folders = {"inbox": [f"{kind}_{rng.randint(10, 99)}.txt" for kind in kinds]}
+        self.file, self.target = rng.choice(self.folders["inbox"]), rng.choice(["archive", "old"])
+        self.listed = ""
+        kind, folder = self.file.split("_")[0], self.target
+        return [
+            ("Show me what is in the inbox folder.", lambda: self.listed == "inbox"),
+            (f"Create a folder named {folder}.", lambda: folder in self.folders),
+            (f"Move the {kind} file into {folder}.", lambda: self.file in self.folders.get(folder, [])),
+        ]
+
+    def tool_list_files(self, folder):
+        self.listed = folder
+        return self.folders.get(folder, "Error: no folder " + folder)
+
+    def tool_make_folder(self, folder):
+        self.folders.setdefault(folder, [])
+        return "Created " + folder
+
+    def tool_move_file(self, name, source, target):
+        if name not in self.folders.get(source, []) or target not in self.folders:
+            return "Error: no such file or folder"
+        self.folders[source].remove(name)
+        self.folders[target].append(name)
+        return f"Moved {name} to {target}"
+
+    def tool_delete_file(self, name, folder):
+        if name not in self.folders.get(folder, []):
+            return "Error: no such file"
+        self.folders[folder].remove(name)
+        return "Deleted " + name
+
+    def plan(self):
+        move = {"name": self.file, "source": "inbox", "target": self.target}
+        listing, folder = ("list_files", {"folder": "inbox"}), ("make_folder", {"folder": self.target})
+        return [listing, folder, ("move_file", move)]
+""",
+}
+
+
+def tool_example(skill: str) -> str:
+    """The built-in tool-use example a design for ``skill`` is shown."""
+    return TOOL_EXAMPLES.get(skill, TOOL_EXAMPLES["banking"])
+
+
 class UnknownKit(KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
@@ -112,9 +220,10 @@ def compose(name: str, design: str) -> str:
     return source(name).rstrip() + "\n" + design.strip() + "\n"
 
 
-def design_part(composed: str) -> str | None:
-    """The design's code in a source that :func:`compose` made, or ``None`` for any other source."""
-    for name in NAMES:
+def design_part(composed: str, kit: str | None = None) -> str | None:
+    """The design's code in a source that :func:`compose` made (with kit ``kit``, when given), or
+    ``None`` for any other source."""
+    for name in NAMES if kit is None else (kit,):
         kit = source(name).rstrip()
         if composed.startswith(kit + "\n"):
             return composed[len(kit) + 1 :].strip()
