@@ -136,6 +136,13 @@ class PoolConfig:
     ``guess = {high = 20}``), which it is validated and always played with when it is in the pool: the
     CPU default makes the games small enough for a small model to win some of the time. An argument
     the constructor does not take makes it invalid (``init_raised``), with the reason in the log.
+    ``reasoning_gym_attempts``: 1 (the default) answers each question once; N > 1 makes each task a
+    multi-turn environment that says "wrong, try again" and ends at the right answer or after N answers.
+    ``gem`` / ``textarena``: GEM and single-player TextArena games by id (the games of
+    ``spade_rl.envs.external`` that have a reference solution), each an adapter source that runs in the
+    sandbox, whose workers then preload the package; ``gem_kwargs`` / ``textarena_kwargs``: their
+    constructor arguments per id, on top of the registered ones (``"game:Mastermind-v0-easy" =
+    {num_numbers = 4}``).
     """
 
     reference: tuple[str, ...] = reference.NAMES
@@ -144,6 +151,11 @@ class PoolConfig:
     reasoning_gym: tuple[str, ...] = ()
     reasoning_gym_items: int = 50
     reasoning_gym_seed: int = 0
+    reasoning_gym_attempts: int = 1  # answers per question; > 1: "wrong, try again" until right or out
+    gem: tuple[str, ...] = ()  # GEM game ids, e.g. "game:GuessTheNumber-v0-hard"
+    gem_kwargs: dict = field(default_factory=dict)  # id -> constructor arguments (a table)
+    textarena: tuple[str, ...] = ()  # single-player TextArena ids, e.g. "TowerOfHanoi-v0"
+    textarena_kwargs: dict = field(default_factory=dict)  # id -> constructor arguments (a table)
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.reference if name not in reference.NAMES]
@@ -179,10 +191,33 @@ class PoolConfig:
                 check_reasoning_gym_tasks(self.reasoning_gym)
             except ValueError as exc:
                 raise ConfigError(f"pool.reasoning_gym: {exc}") from None
+        if self.reasoning_gym_attempts < 1:
+            raise ConfigError(
+                "pool.reasoning_gym_attempts must be at least 1 (1: one answer), got "
+                f"{self.reasoning_gym_attempts}"
+            )
+        from spade_rl.envs.external import check_games
+
+        for package in ("gem", "textarena"):
+            try:
+                check_games(
+                    package,
+                    getattr(self, package),
+                    getattr(self, f"{package}_kwargs"),
+                    for_pool=True,
+                    key=f"pool.{package}",
+                )
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
 
     @property
     def empty(self) -> bool:
-        return not (self.reference or self.jsonl or self.reasoning_gym)
+        return not (self.reference or self.jsonl or self.reasoning_gym or self.gem or self.textarena)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The external packages whose games the pool holds (their workers preload them)."""
+        return tuple(p for p in ("gem", "textarena") if getattr(self, p))
 
 
 # The CPU default (SmolLM2-135M on 2 cores) is set so that the signals SPADE is about are not zero at this

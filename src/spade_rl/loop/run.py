@@ -47,6 +47,7 @@ from pathlib import Path
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
+from spade_rl.envs.external import external_sandbox_config
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
@@ -100,7 +101,10 @@ class SelfPlay:
 
         self.updater = make_updater(config, self.policy)
         # Where environments are validated and played: here, or on Ray actors ([executor]).
-        self.executor = make_executor(config.executor, config.sandbox)
+        # (Workers preload the packages of the pool's GEM / TextArena games: spade_rl.envs.external.)
+        self.executor = make_executor(
+            config.executor, external_sandbox_config(config.sandbox, config.pool.packages)
+        )
         self.executor.start()
         self.archive = Archive(self.files.archive_path, config.archive)
         # Designs held for a delayed reward (rewards.delay) and the learning-potential averages.
@@ -316,7 +320,9 @@ class SelfPlay:
         if isinstance(sandbox, Sandbox):
             return sandbox
         if self._eval_sandbox_owned is None:
-            self._eval_sandbox_owned = Sandbox(self.config.sandbox)
+            self._eval_sandbox_owned = Sandbox(
+                external_sandbox_config(self.config.sandbox, self.config.pool.packages)
+            )
             self._eval_sandbox_owned.start()
         return self._eval_sandbox_owned
 
