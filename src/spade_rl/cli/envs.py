@@ -5,6 +5,7 @@ spade-rl envs show NAME|ID [--archive RUN_DIR]
 spade-rl envs export FILE.jsonl --archive RUN_DIR [--valid-only]
 spade-rl envs import FILE.jsonl --archive RUN_DIR [--skip-bad-lines]
 spade-rl envs validate FILE|NAME... [--hint TEXT] [--max-turns N] [--json]   (exit 1 if any is invalid)
+spade-rl envs serve [FILE|NAME...] [--archive RUN_DIR | --jsonl FILE] [--ids 3,7] [--port 8000]   (OpenEnv)
 """
 
 from __future__ import annotations
@@ -192,3 +193,39 @@ def envs_validate(
         console.print(table)
     if not all(report.valid for _, report in reports):
         raise typer.Exit(1)
+
+
+@envs_app.command("serve")
+def envs_serve(
+    envs: list[str] = typer.Argument(
+        None, help="Reference names or environment files (default: all references)."
+    ),
+    archive: Path | None = ARCHIVE_OPTION,
+    jsonl: Path | None = typer.Option(None, "--jsonl", help="A JSONL pool written by `envs export`."),
+    ids: str = typer.Option("", "--ids", help="Only these ids of the archive or pool, e.g. 3,7."),
+    host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="The port (0: any free one)."),
+    max_sessions: int = typer.Option(8, "--max-sessions", min=1, max=1024, help="Sessions at once."),
+    idle_timeout: float = typer.Option(300.0, "--idle-timeout", min=0.01, help="Close idle sessions (s)."),
+    call_timeout: float = typer.Option(5.0, "--call-timeout", min=0.01, help="Deadline of one call (s)."),
+) -> None:
+    """Serve environments over HTTP and WebSocket in the OpenEnv convention, played in the sandbox."""
+    try:
+        from spade_rl.interop.openenv_server import ServeConfig, serve
+    except ImportError as exc:
+        raise fail(f"serving needs the openenv extra: pip install 'spade-rl[openenv]' ({exc})") from None
+    from spade_rl.interop.gym_sources import UnknownEnvironment, served_entries
+
+    try:
+        entries = served_entries(
+            envs or [], str(archive) if archive else None, str(jsonl) if jsonl else None, ids
+        )
+        config = ServeConfig(host, port, max_sessions, idle_timeout, call_timeout)
+    except (UnknownEnvironment, ValueError) as exc:
+        raise fail(str(exc)) from None
+    for entry in entries:
+        console.print(f"{entry.name}: http://{host}:{port}/envs/{entry.name} ({entry.origin})")
+    try:
+        serve(entries, config)
+    except SandboxUnavailable as exc:
+        raise fail(str(exc)) from None

@@ -164,6 +164,39 @@ def file_entry(path: str | Path, name: str | None = None) -> EnvEntry:
     return EnvEntry(label, source, {}, "games", "", str(file))
 
 
+def served_entries(
+    specs: list[str], archive: str | None = None, jsonl: str | None = None, ids: str = ""
+) -> list[EnvEntry]:
+    """What ``spade-rl envs serve`` was asked to serve: reference names and environment files, the valid
+    environments of an archive or a pool (all, or the comma-separated ``ids``); every reference
+    environment when nothing is named. ``UnknownEnvironment`` says what is wrong."""
+    try:
+        wanted = tuple(int(i) for i in ids.split(",") if i.strip())
+    except ValueError:
+        raise UnknownEnvironment(
+            f"--ids takes environment ids separated by commas (3,7), got {ids!r}"
+        ) from None
+    if wanted and not (archive or jsonl):
+        raise UnknownEnvironment("--ids selects environments of --archive or --jsonl; give one of them")
+    entries = []
+    for spec in specs:
+        if Path(spec).is_file():
+            entries.append(file_entry(spec))
+        elif spec in reference.NAMES:
+            entries.append(reference_entry(spec))
+        else:
+            raise UnknownEnvironment(
+                f"{spec} is neither a file nor a reference environment ({', '.join(reference.NAMES)})"
+            )
+    if archive:
+        entries += archive_entries(archive, wanted)
+    if jsonl:
+        entries += jsonl_entries(jsonl, wanted)
+    if not (specs or archive or jsonl):
+        entries = [reference_entry(name) for name in reference.NAMES]
+    return entries
+
+
 def _check_ids(ids: tuple[int, ...]) -> None:
     bad = [i for i in ids if type(i) is not int or i < 1]
     if bad:

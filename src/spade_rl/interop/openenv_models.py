@@ -1,0 +1,127 @@
+"""The messages of spade-rl's OpenEnv server: OpenEnv's wire format (openenv-core 0.3), our action and
+observation.
+
+OpenEnv answers a reset or a step with ``{"observation": {...}, "reward": r, "done": d}``, the
+observation holding the environment's own fields; over the WebSocket session (``/ws``) each such answer
+is wrapped as ``{"type": "observation", "data": ...}``, a state as ``{"type": "state", "data": ...}`` and
+a refusal as ``{"type": "error", "data": {"message": ..., "code": ...}}`` with one of OpenEnv's codes
+(``INVALID_JSON``, ``UNKNOWN_TYPE``, ``VALIDATION_ERROR``, ``EXECUTION_ERROR``, ``CAPACITY_REACHED``,
+``FACTORY_ERROR``, ``SESSION_ERROR``). These models are written here from that description (only
+pydantic, which FastAPI brings): the server must not need openenv-core, whose requirements are heavy.
+
+A spade-rl action is ``{"message": "<the agent's text>"}``; an observation is ``{"text": ...,
+"info": {...}, "terminated": ..., "truncated": ..., "turn": ..., "error": ..., "error_reason": ...}``
+(``error`` is null unless the environment failed; then the episode is done, see
+:mod:`spade_rl.interop.gym_episode`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spade_rl.interop.gym_episode import Outcome
+
+# OpenEnv's WebSocket error codes (openenv.core.env_server.types.WSErrorCode).
+INVALID_JSON = "INVALID_JSON"
+UNKNOWN_TYPE = "UNKNOWN_TYPE"
+VALIDATION_ERROR = "VALIDATION_ERROR"
+EXECUTION_ERROR = "EXECUTION_ERROR"
+CAPACITY_REACHED = "CAPACITY_REACHED"
+FACTORY_ERROR = "FACTORY_ERROR"
+SESSION_ERROR = "SESSION_ERROR"
+
+
+class SpadeAction(BaseModel):
+    """One turn of the agent: its text, as the environment's observation asks for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(description="The agent's text for this turn (for example '\\\\boxed{50}').")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Ignored by the environment.")
+
+
+class SpadeObservation(BaseModel):
+    """What the environment answered (OpenEnv's ``done`` and ``reward`` travel beside it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="The environment's observation.")
+    info: dict[str, Any] = Field(default_factory=dict, description="The environment's info dict.")
+    terminated: bool = Field(default=False, description="The game ended (won or lost).")
+    truncated: bool = Field(default=False, description="The episode stopped: out of turns, or a failure.")
+    turn: int = Field(default=0, description="Steps played in this episode.")
+    error: str | None = Field(default=None, description="Set when the environment failed.")
+    error_reason: str | None = Field(default=None, description="A stable code: timeout, crashed, ...")
+
+
+class ResetRequest(BaseModel):
+    """OpenEnv's reset request: an optional seed (the instance to play) and episode id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="The instance to play.")
+    episode_id: str | None = Field(default=None, max_length=255, description="A name for the episode.")
+
+
+class StepRequest(BaseModel):
+    """OpenEnv's HTTP step request; ``episode_id`` names the episode a ``/reset`` started (spade-rl's
+    HTTP sessions: OpenEnv's HTTP endpoints are otherwise stateless)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    action: dict[str, Any] = Field(description="A SpadeAction: {'message': ...}.")
+    timeout_s: float | None = Field(default=None, gt=0, description="A shorter deadline for this step.")
+    request_id: str | None = Field(default=None, max_length=255)
+    episode_id: str | None = Field(default=None, max_length=255)
+
+
+class SpadeState(BaseModel):
+    """OpenEnv's state (episode id, step count) and what spade-rl adds."""
+
+    model_config = ConfigDict(extra="allow")
+
+    episode_id: str | None = None
+    step_count: int = 0
+    env: str = ""
+    seed: int | None = None
+    done: bool = True
+    episode_return: float = 0.0
+
+
+def wire(outcome: Outcome, turn: int, reset: bool) -> dict[str, Any]:
+    """An outcome in OpenEnv's result form. A reset's reward is None (as OpenEnv's); a failure's
+    observation carries its error and the episode is done."""
+    observation = SpadeObservation(
+        text=outcome.observation,
+        info=json_safe(outcome.info),
+        terminated=outcome.terminated,
+        truncated=outcome.truncated,
+        turn=turn,
+        error=outcome.error or None,
+        error_reason=outcome.reason if outcome.error else None,
+    )
+    reward = None if reset and not outcome.failed else outcome.reward
+    return {"observation": observation.model_dump(), "reward": reward, "done": outcome.done}
+
+
+def error_message(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """A WebSocket refusal in OpenEnv's form."""
+    return {"type": "error", "data": {"message": message, "code": code, **json_safe(extra)}}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as strict JSON can carry it: a non-finite float becomes its name ("nan", "inf"), a tuple
+    a list, a key a str. What an environment returns already crossed the sandbox's checked boundary
+    (plain JSON-like values, bounded in size and depth); this only removes what JSON cannot spell."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return repr(value)

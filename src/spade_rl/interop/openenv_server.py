@@ -1,0 +1,575 @@
+"""spade-rl's environments over HTTP and WebSocket in the OpenEnv convention (``spade-rl envs serve``).
+
+    spade-rl envs serve guess maze --port 8000          # reference environments
+    spade-rl envs serve --archive runs/r1 --port 8000    # a run's valid environments (env<id>)
+
+    from openenv.core.generic_client import GenericEnvClient          # OpenEnv's own client
+    with GenericEnvClient(base_url="http://127.0.0.1:8000/envs/guess").sync() as env:
+        result = env.reset(seed=3)                      # result.observation["text"]
+        result = env.step({"message": "\\\\boxed{50}"})    # result.reward, result.done
+
+Each environment ``NAME`` is served under ``/envs/NAME``: ``/ws`` (OpenEnv's session protocol, what
+``EnvClient`` speaks: one environment instance per connection), ``POST /reset``, ``POST /step``,
+``GET /state``, ``/schema``, ``/metadata`` and ``/health``; with a single environment served, the same
+routes also answer at the root. ``GET /envs`` lists what is served. The messages are OpenEnv's
+(:mod:`spade_rl.interop.openenv_models`); an action is ``{"message": "<text>"}``.
+
+OpenEnv's HTTP ``/reset`` and ``/step`` are stateless (a fresh environment per request), which cannot
+play a multi-turn game: here ``/reset`` without an ``episode_id`` is that (one fresh instance, reset,
+closed), and a ``/reset`` with an ``episode_id`` opens an HTTP session that ``/step`` and ``/state``
+with the same ``episode_id`` continue.
+
+Safety and bounds: the environments' code runs only in the sandbox. Every session (a WebSocket
+connection or an HTTP episode) holds one sandbox of one worker, taken from a pool of warm ones and
+given back when the session ends; at most ``max_sessions`` exist at once, and one more is refused
+(``CAPACITY_REACHED``, HTTP 503). A session idle for ``idle_timeout_s`` is closed (its next message is
+answered ``SESSION_ERROR``). Every environment call has the deadline ``call_timeout_s`` (a step's
+``timeout_s`` may shorten it). An environment that fails ends its episode with ``done`` and the
+observation's ``error`` set, never a server error. Unknown environments are HTTP 404 (``FACTORY_ERROR``
+over the WebSocket), malformed actions HTTP 422 (``VALIDATION_ERROR``), steps out of order HTTP 409
+(``EXECUTION_ERROR``). Shutting down (SIGINT, SIGTERM) closes every session and stops every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from spade_rl import __version__
+from spade_rl.envs import reference
+from spade_rl.interop import openenv_models as m
+from spade_rl.interop.gym_episode import SandboxedEpisode
+from spade_rl.interop.gym_sources import EnvEntry
+from spade_rl.sandbox import Sandbox, SandboxConfig
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20  # an HTTP body or WebSocket message (actions are at most max_action_chars)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The server's bounds. ``sandbox`` sets the isolation of every session's worker."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_sessions: int = 8
+    idle_timeout_s: float = 300.0
+    call_timeout_s: float = 5.0
+    max_action_chars: int = 65536
+    max_observation_chars: int = 65536
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_sessions <= 1024:
+            raise ValueError(f"max_sessions must be from 1 to 1024, got {self.max_sessions!r}")
+        for name in ("idle_timeout_s", "call_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be from 0 to 65535, got {self.port!r}")
+        if not 1 <= self.max_action_chars <= MAX_BODY_BYTES // 4:
+            raise ValueError(f"max_action_chars must be from 1 to {MAX_BODY_BYTES // 4}")
+        if not 64 <= self.max_observation_chars <= MAX_BODY_BYTES // 4:
+            raise ValueError(f"max_observation_chars must be from 64 to {MAX_BODY_BYTES // 4}")
+
+
+class Refused(Exception):
+    """A request the server refuses: its HTTP status, its OpenEnv WebSocket code and what was wrong."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
+
+
+@dataclass(eq=False)
+class Session:
+    """One client's environment instance: a WebSocket connection, or an HTTP episode."""
+
+    id: str
+    entry: EnvEntry
+    sandbox: Sandbox
+    episode: SandboxedEpisode
+    kind: str  # "ws", "http" or "once" (a stateless /reset)
+    episode_id: str | None = None
+    last_active: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    expired: str = ""  # why the server closed it
+    closed: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class EnvServer:
+    """The environments served, their sessions and the pool of sandboxes behind them (no HTTP here:
+    :func:`create_app` maps requests onto these methods)."""
+
+    def __init__(self, entries: list[EnvEntry], config: ServeConfig | None = None):
+        if not entries:
+            raise ValueError("no environment to serve")
+        names = [e.name for e in entries]
+        doubles = sorted({n for n in names if names.count(n) > 1})
+        if doubles:
+            raise ValueError(f"two environments are named {', '.join(doubles)}: served names must be unique")
+        self.config = config or ServeConfig()
+        self.entries = {e.name: e for e in entries}
+        self.sessions: dict[str, Session] = {}
+        self.http_sessions: dict[tuple[str, str], Session] = {}
+        self._idle: list[Sandbox] = []  # warm sandboxes between sessions
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(self.config.max_sessions + 2, thread_name_prefix="spade-serve")
+        self._sandbox_config = dataclasses.replace(
+            self.config.sandbox, pool_size=1, max_workers=1, call_timeout_s=self.config.call_timeout_s
+        )
+        self._ids = itertools.count(1)
+        self._closing = False
+
+    # --- naming -----------------------------------------------------------------------------------
+    def entry(self, name: str | None) -> EnvEntry:
+        """The environment ``name`` (None: the only one served); ``Refused`` 404 otherwise."""
+        if name is None:
+            if len(self.entries) == 1:
+                return next(iter(self.entries.values()))
+            raise Refused(
+                404,
+                m.FACTORY_ERROR,
+                f"{len(self.entries)} environments are served: use /envs/<name>/...; served: {self._names()}",
+            )
+        if name not in self.entries:
+            raise Refused(404, m.FACTORY_ERROR, f"unknown environment {name!r}; served: {self._names()}")
+        return self.entries[name]
+
+    def _names(self) -> str:
+        names = list(self.entries)
+        return ", ".join(names[:30]) + (f" ... ({len(names)} in all)" if len(names) > 30 else "")
+
+    # --- sessions ---------------------------------------------------------------------------------
+    def open(self, entry: EnvEntry, kind: str) -> Session:
+        """A new session on a warm sandbox; ``Refused`` 503 at ``max_sessions``."""
+        with self._lock:
+            if self._closing:
+                raise Refused(503, m.SESSION_ERROR, "the server is shutting down")
+            if len(self.sessions) >= self.config.max_sessions:
+                raise Refused(
+                    503,
+                    m.CAPACITY_REACHED,
+                    f"the server holds its maximum of {self.config.max_sessions} sessions (--max-sessions); "
+                    "close one or retry later",
+                    active_sessions=len(self.sessions),
+                    max_sessions=self.config.max_sessions,
+                )
+            sandbox = self._idle.pop() if self._idle else Sandbox(self._sandbox_config)
+            episode = SandboxedEpisode(
+                sandbox,
+                entry,
+                call_timeout_s=self.config.call_timeout_s,
+                max_observation_chars=self.config.max_observation_chars,
+            )
+            session = Session(f"s{next(self._ids)}-{uuid.uuid4().hex[:8]}", entry, sandbox, episode, kind)
+            self.sessions[session.id] = session
+        log.info("session %s (%s) opened on %s", session.id, kind, entry.name)
+        return session
+
+    def close(self, session: Session, why: str = "") -> None:
+        """End ``session``: its instance closed, its sandbox back in the pool (blocking: a thread's job)."""
+        with self._lock:
+            if session.closed:
+                return
+            session.closed, session.expired = True, why
+            self.sessions.pop(session.id, None)
+            if session.episode_id is not None:
+                key = (session.entry.name, session.episode_id)
+                if self.http_sessions.get(key) is session:
+                    del self.http_sessions[key]
+        session.episode.close()
+        with self._lock:
+            if self._closing:
+                session.sandbox.close()
+            else:
+                self._idle.append(session.sandbox)
+        log.info("session %s closed%s", session.id, f" ({why})" if why else "")
+
+    def warm(self, count: int) -> None:
+        """Start up to ``count`` sandboxes now (at most ``max_sessions``), so that the first sessions find
+        warm workers; ``SandboxUnavailable`` when a required isolation layer is missing."""
+        for _ in range(min(count, self.config.max_sessions) - len(self._idle)):
+            sandbox = Sandbox(self._sandbox_config)
+            sandbox.start()
+            with self._lock:
+                self._idle.append(sandbox)
+
+    async def run(self, fn, *args):
+        """``fn(*args)`` in the server's threads (sandbox calls block)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # --- the environment calls --------------------------------------------------------------------
+    async def reset(self, session: Session, request: m.ResetRequest) -> dict:
+        async with self._active(session):
+            outcome = await self.run(session.episode.reset, request.seed)
+            session.episode_id = request.episode_id or session.episode_id
+            return m.wire(outcome, 0, reset=True)
+
+    async def step(self, session: Session, payload: Any, timeout_s: float | None = None) -> dict:
+        action = self.parse_action(payload)
+        async with self._active(session):
+            episode = session.episode
+            if not episode.started:
+                raise Refused(409, m.EXECUTION_ERROR, "step before reset: send a reset first")
+            if episode.done:
+                raise Refused(409, m.EXECUTION_ERROR, "the episode is over: send a reset to start another")
+            outcome = await self.run(episode.step, action, timeout_s)
+            return m.wire(outcome, episode.turns, reset=False)
+
+    def parse_action(self, payload: Any) -> str:
+        """The action's text; ``Refused`` 422 saying what a SpadeAction is."""
+        if not isinstance(payload, dict):
+            raise Refused(
+                422,
+                m.VALIDATION_ERROR,
+                f"an action is a JSON object {{'message': str}}, got {_kind(payload)}",
+            )
+        try:
+            action = m.SpadeAction.model_validate(payload)
+        except ValidationError as exc:
+            raise Refused(
+                422,
+                m.VALIDATION_ERROR,
+                f"an action is {{'message': <the agent's text>}} (and optional 'metadata'): {_errors(exc)}",
+                errors=exc.errors(include_url=False, include_context=False, include_input=False),
+            ) from None
+        if len(action.message) > self.config.max_action_chars:
+            raise Refused(
+                422,
+                m.VALIDATION_ERROR,
+                f"the action has {len(action.message)} characters; at most {self.config.max_action_chars}",
+            )
+        return action.message
+
+    def state(self, session: Session | None) -> dict:
+        if session is None:  # OpenEnv's state of a fresh environment
+            return m.SpadeState().model_dump()
+        episode = session.episode
+        return m.SpadeState(
+            episode_id=session.episode_id,
+            step_count=episode.turns,
+            env=session.entry.name,
+            seed=episode.seed,
+            done=episode.done,
+            episode_return=episode.episode_return,
+        ).model_dump()
+
+    @asynccontextmanager
+    async def _active(self, session: Session):
+        """One call at a time per session; not idle while it runs."""
+        async with session.lock:
+            if session.closed:
+                raise Refused(410, m.SESSION_ERROR, f"the session was closed: {session.expired or 'closed'}")
+            session.busy += 1
+            try:
+                yield
+            finally:
+                session.busy -= 1
+                session.last_active = time.monotonic()
+
+    # --- idle sessions and shutdown -----------------------------------------------------------------
+    async def reap(self) -> None:
+        """Close sessions idle for ``idle_timeout_s``, until cancelled."""
+        idle = self.config.idle_timeout_s
+        while True:
+            await asyncio.sleep(min(max(idle / 4, 0.05), 5.0))
+            now = time.monotonic()
+            with self._lock:
+                stale = [s for s in self.sessions.values() if not s.busy and now - s.last_active > idle]
+            for session in stale:
+                why = f"idle for more than {idle:g} s (--idle-timeout)"
+                await self.run(self.close, session, why)
+
+    def shutdown(self) -> None:
+        """Close every session and stop every worker."""
+        with self._lock:
+            self._closing = True
+            sessions = list(self.sessions.values())
+        for session in sessions:
+            self.close(session, "the server shut down")
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sandbox in idle:
+            sandbox.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        log.info("server shut down: %d sessions closed", len(sessions))
+
+
+def create_app(server: EnvServer) -> FastAPI:
+    """The FastAPI application of ``server``: its routes at ``/envs/{name}/...`` (and at the root when
+    one environment is served), the idle reaper, and the shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        reaper = asyncio.create_task(server.reap())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, server.shutdown)
+
+    app = FastAPI(title="spade-rl environments (OpenEnv)", version=__version__, lifespan=lifespan)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "code": exc.code, **m.json_safe(exc.extra)}, exc.status)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "healthy"}
+
+    @app.get("/envs")
+    async def envs() -> dict:
+        return {
+            "environments": [
+                {"name": e.name, "setting": e.setting, "origin": e.origin, "path": f"/envs/{e.name}"}
+                for e in server.entries.values()
+            ],
+            "active_sessions": len(server.sessions),
+            "max_sessions": server.config.max_sessions,
+        }
+
+    for prefix in ("", "/envs/{name}"):
+        _add_env_routes(app, server, prefix)
+    return app
+
+
+def _add_env_routes(app: FastAPI, server: EnvServer, prefix: str) -> None:
+    def entry_of(params: dict) -> EnvEntry:
+        return server.entry(params.get("name"))
+
+    @app.post(prefix + "/reset")
+    async def reset(request: Request) -> dict:
+        entry = entry_of(request.path_params)
+        body = await _request_model(request, m.ResetRequest, allow_empty=True)
+        if body.episode_id is None:  # OpenEnv's stateless reset: one fresh instance, reset, closed
+            session = server.open(entry, "once")
+            try:
+                return await server.reset(session, body)
+            finally:
+                await server.run(server.close, session)
+        key = (entry.name, body.episode_id)
+        session = server.http_sessions.get(key)
+        if session is None or session.closed:
+            session = server.open(entry, "http")
+            session.episode_id = body.episode_id
+            server.http_sessions[key] = session
+        return await server.reset(session, body)
+
+    @app.post(prefix + "/step")
+    async def step(request: Request) -> dict:
+        entry = entry_of(request.path_params)
+        body = await _request_model(request, m.StepRequest)
+        session = _http_session(server, entry, body.episode_id)
+        return await server.step(session, body.action, body.timeout_s)
+
+    @app.get(prefix + "/state")
+    async def state(request: Request, episode_id: str | None = None) -> dict:
+        entry = entry_of(request.path_params)
+        if episode_id is None:
+            return server.state(None)
+        return server.state(_http_session(server, entry, episode_id))
+
+    @app.get(prefix + "/schema")
+    async def schema(request: Request) -> dict:
+        entry_of(request.path_params)
+        return {
+            "action": m.SpadeAction.model_json_schema(),
+            "observation": m.SpadeObservation.model_json_schema(),
+            "state": m.SpadeState.model_json_schema(),
+        }
+
+    @app.get(prefix + "/metadata")
+    async def metadata(request: Request) -> dict:
+        entry = entry_of(request.path_params)
+        return {
+            "name": entry.name,
+            "description": reference.DESCRIPTIONS.get(entry.name, "")
+            if entry.origin == "reference"
+            else f"a spade-rl environment ({entry.setting}) from {entry.origin}",
+            "readme_content": None,
+            "version": __version__,
+            "author": "spade-rl",
+            "documentation_url": None,
+        }
+
+    if prefix:  # the root's /health is the server's
+
+        @app.get(prefix + "/health")
+        async def env_health(request: Request) -> dict:
+            entry_of(request.path_params)
+            return {"status": "healthy"}
+
+    @app.websocket(prefix + "/ws")
+    async def ws(websocket: WebSocket) -> None:
+        await _serve_socket(server, websocket)
+
+
+def _http_session(server: EnvServer, entry: EnvEntry, episode_id: str | None) -> Session:
+    if episode_id is None:
+        raise Refused(
+            409,
+            m.EXECUTION_ERROR,
+            "OpenEnv's HTTP /step is stateless and cannot continue a game: play over the WebSocket session "
+            "at .../ws (OpenEnv's EnvClient), or POST /reset with an episode_id and send the same "
+            "episode_id to /step",
+        )
+    session = server.http_sessions.get((entry.name, episode_id))
+    if session is None or session.closed:
+        raise Refused(
+            404,
+            m.SESSION_ERROR,
+            f"no episode {episode_id!r} of {entry.name}: POST /reset with this episode_id first "
+            f"(episodes close after {server.config.idle_timeout_s:g} s idle)",
+        )
+    return session
+
+
+async def _request_model(request: Request, model, allow_empty: bool = False):
+    """The request's JSON body as ``model`` (an empty body is ``{}`` when allowed); ``Refused`` 413 for
+    a body over ``MAX_BODY_BYTES``, 422 for one that is not JSON or not that model."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise Refused(413, m.VALIDATION_ERROR, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        body = {} if allow_empty and not raw.strip() else json.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
+        raise Refused(422, m.INVALID_JSON, f"the body is not JSON: {exc}") from None
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise Refused(422, m.VALIDATION_ERROR, f"not a valid {model.__name__}: {_errors(exc)}") from None
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+
+
+async def _serve_socket(server: EnvServer, websocket: WebSocket) -> None:
+    """One WebSocket session. A refused session (unknown environment, no capacity) answers the first
+    message with its error and closes; so does an expired one."""
+    await websocket.accept()
+    session: Session | None = None
+    refusal: Refused | None = None
+    try:
+        session = server.open(server.entry(websocket.path_params.get("name")), "ws")
+    except Refused as exc:
+        refusal = exc
+    try:
+        while True:
+            try:
+                raw = await asyncio.wait_for(_receive(websocket), timeout=server.config.idle_timeout_s * 2)
+            except TimeoutError:
+                break  # a connection with no message for twice the idle limit is dropped
+            if raw is None:
+                break
+            if refusal is None and session is not None and session.expired:
+                refusal = Refused(410, m.SESSION_ERROR, f"the session was closed: {session.expired}")
+            if refusal is not None:
+                await _send(websocket, m.error_message(refusal.code, str(refusal), **refusal.extra))
+                break
+            assert session is not None
+            reply = await _handle(server, session, raw)
+            if reply is None:
+                break
+            await _send(websocket, reply)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        if session is not None:
+            await server.run(server.close, session, session.expired)
+        try:
+            await websocket.close()
+        except (RuntimeError, OSError, WebSocketDisconnect):
+            pass  # the client closed first (uvicorn's ClientDisconnected is an OSError)
+
+
+async def _handle(server: EnvServer, session: Session, raw: str) -> dict | None:
+    """The answer to one WebSocket message (None for ``close``)."""
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        return m.error_message(m.INVALID_JSON, f"Invalid JSON: {exc}")
+    if not isinstance(message, dict):
+        return m.error_message(m.INVALID_JSON, f"a message is a JSON object, got {_kind(message)}")
+    kind = message.get("type", "")
+    try:
+        if kind == "reset":
+            data = message.get("data", {})
+            try:
+                request = m.ResetRequest.model_validate(data if data is not None else {})
+            except ValidationError as exc:
+                return m.error_message(m.VALIDATION_ERROR, f"Invalid message: {_errors(exc)}")
+            return {"type": "observation", "data": await server.reset(session, request)}
+        if kind == "step":
+            if "data" not in message:
+                return m.error_message(
+                    m.VALIDATION_ERROR, "Invalid message: a step needs 'data' (the action)"
+                )
+            return {"type": "observation", "data": await server.step(session, message["data"])}
+        if kind == "state":
+            return {"type": "state", "data": server.state(session)}
+        if kind == "close":
+            return None
+    except Refused as exc:
+        return m.error_message(exc.code, str(exc), **exc.extra)
+    return m.error_message(
+        m.UNKNOWN_TYPE, f"Unknown message type: {kind!r}; this server answers reset, step, state and close"
+    )
+
+
+async def _receive(websocket: WebSocket) -> str | None:
+    """The next text message (binary: decoded as UTF-8), None when the client went away."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    if message.get("text") is not None:
+        return message["text"]
+    data = message.get("bytes") or b""
+    return data.decode("utf-8", errors="replace")
+
+
+async def _send(websocket: WebSocket, message: dict) -> None:
+    await websocket.send_text(json.dumps(m.json_safe(message), allow_nan=False, ensure_ascii=False))
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def serve(entries: list[EnvEntry], config: ServeConfig) -> None:
+    """Serve ``entries`` until SIGINT or SIGTERM (the CLI's ``spade-rl envs serve``). Two sandboxes are
+    started first (``SandboxUnavailable`` if this machine lacks a required isolation layer)."""
+    import uvicorn
+
+    server = EnvServer(entries, config)
+    server.warm(2)
+    uvicorn.run(
+        create_app(server),
+        host=config.host,
+        port=config.port,
+        ws_max_size=MAX_BODY_BYTES,
+        timeout_graceful_shutdown=5,
+        log_level="info",
+    )
