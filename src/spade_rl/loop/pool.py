@@ -4,7 +4,7 @@
                       ValidationSettings(max_turns=4))
     source = reasoning_gym_env_source("chain_sum", items=20, seed=0)   # one generated environment
 
-Three sources, any mix of them, all validated in the sandbox under the run's settings and added to
+These sources, any mix of them, all validated in the sandbox under the run's settings and added to
 the archive at iteration 0 (an environment already there is left alone, so seeding again on resume
 adds nothing):
 
@@ -23,7 +23,11 @@ adds nothing):
   sandbox. Training questions come from ``create_dataset(task, seed=S)`` with ``S`` derived from
   ``seed`` and a ``train:`` prefix, a different seed from any evaluation's (``task_seed``), so the
   training questions are not the evaluation's items (short tasks with few possible questions can
-  still repeat one by chance).
+  still repeat one by chance). With ``reasoning_gym_attempts`` = N > 1 each task is a multi-turn
+  environment instead, allowing N answers ("wrong, try again");
+- **GEM and TextArena games** (``gem``, ``textarena``): the adapter sources of
+  :mod:`spade_rl.envs.external`, validated with their package's imports allowed and played by workers
+  that preload it (``SelfPlay`` adds the preload to the run's sandbox configuration).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import json
 import logging
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spade_rl.archive import Archive
@@ -44,6 +48,8 @@ from spade_rl.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
+# An external game's validation starts fresh workers that load its package first (a second or two each).
+EXTERNAL_VALIDATION_S = 60.0
 RG_SKILL_PREFIX = "rg:"  # the skill of a wrapped Reasoning Gym task is "rg:<task>"
 RG_HINT = (
     "Work through the question step by step before answering, check the result against every condition "
@@ -51,15 +57,23 @@ RG_HINT = (
 )
 
 
+EXTERNAL_HINT = (
+    "Read the rules and the action format in the first message, keep track of what each answer of the "
+    "game tells you, and make every move in exactly the format it asks for."
+)
+
+
 @dataclass(frozen=True)
 class PoolEntry:
-    """One environment to add: its source, hint, skill and setting, and where it came from."""
+    """One environment to add: its source, hint, skill and setting, where it came from, and the modules
+    beyond the standard library its validation allows (an external game's package)."""
 
     source: str
     hint: str
     skill: str
     setting: str
     metadata: dict
+    imports: tuple[str, ...] = ()
 
 
 def check_reasoning_gym_tasks(tasks: Sequence[str]) -> None:
@@ -186,12 +200,14 @@ def _class_name(task: str) -> str:
     return "Rg" + "".join(w[:1].upper() + w[1:] for w in words) + "Env"
 
 
-def reasoning_gym_env_source(task: str, items: int, seed: int) -> str:
+def reasoning_gym_env_source(task: str, items: int, seed: int, attempts: int = 1) -> str:
     """The source of one single-turn environment holding ``items`` questions of Reasoning Gym ``task``
     (from ``training_seed(seed, task)``). Questions whose reference answer is empty or holds
     ``</answer>`` cannot be answered in one tag and are left out; ``ValueError`` when none is left or
     the task cannot generate. Answers with braces or line breaks (grids) are given in ``<answer>`` tags
-    by ``solution()``; whitespace is collapsed before comparing."""
+    by ``solution()``; whitespace is collapsed before comparing. ``attempts`` > 1: the same questions
+    in a multi-turn environment that allows that many answers
+    (:mod:`spade_rl.envs.external.reasoning_gym_retries`)."""
     import reasoning_gym
 
     check_reasoning_gym_tasks([task])
@@ -209,21 +225,56 @@ def reasoning_gym_env_source(task: str, items: int, seed: int) -> str:
     if not kept:
         raise ValueError(f"Reasoning Gym task {task!r}: no question has a usable reference answer")
     items_json = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
-    return _RG_TEMPLATE.format(
+    source = _RG_TEMPLATE.format(
         task=task, count=len(kept), seed=dataset_seed, items_json=items_json, class_name=_class_name(task)
+    )
+    if attempts == 1:
+        return source
+    from spade_rl.envs.external.reasoning_gym_retries import retry_source
+
+    # The helpers of the single-turn source (imports, questions, answer extraction), without its
+    # docstring and class: the two wrappings extract and compare answers alike.
+    helpers = source[source.index("import json") : source.index(f"\n\nclass {_class_name(task)}:")]
+    return retry_source(
+        helpers,
+        task=task,
+        count=len(kept),
+        seed=dataset_seed,
+        attempts=attempts,
+        class_name=_class_name(task),
     )
 
 
-def reasoning_gym_entries(tasks: Sequence[str], items: int, seed: int) -> list[PoolEntry]:
+def reasoning_gym_entries(tasks: Sequence[str], items: int, seed: int, attempts: int = 1) -> list[PoolEntry]:
+    more = {"attempts": attempts} if attempts > 1 else {}
     return [
         PoolEntry(
-            reasoning_gym_env_source(task, items, seed),
+            reasoning_gym_env_source(task, items, seed, attempts),
             RG_HINT,
             RG_SKILL_PREFIX + task,
             "games",
-            {"name": f"reasoning_gym/{task}", "pool": "reasoning_gym", "items": items, "seed": seed},
+            {"name": f"reasoning_gym/{task}", "pool": "reasoning_gym", "items": items, "seed": seed, **more},
         )
         for task in tasks
+    ]
+
+
+def external_entries(package: str, ids: Sequence[str], kwargs: dict) -> list[PoolEntry]:
+    """GEM or TextArena games as pool entries: adapter sources (spade_rl.envs.external) whose
+    validation allows the package's imports (``PoolEntry.imports``)."""
+    from spade_rl.envs import external
+
+    make = external.gem_source if package == "gem" else external.textarena_source
+    return [
+        PoolEntry(
+            make(game_id, kwargs.get(game_id)),
+            EXTERNAL_HINT,
+            f"{package}:{game_id}",
+            "games",
+            {"name": f"{package}/{game_id}", "pool": package, "kwargs": kwargs.get(game_id, {})},
+            imports=external.needed_imports(package),
+        )
+        for game_id in ids
     ]
 
 
@@ -259,8 +310,19 @@ def add_entries(
     """Validate the entries not yet in the archive and add them (origin "import", iteration 0), valid or
     not; returns how many were added. An entry that fails validation stays out of the training pool."""
     missing = [e for e in entries if archive.find(e.source) is None]
-    reports = as_executor(executor).validate_many([(e.source, e.hint) for e in missing], settings)
-    for entry, report in zip(missing, reports, strict=True):
+    reports = []
+    for imports in dict.fromkeys(e.imports for e in missing):  # one batch per allow-list, in order
+        group = [e for e in missing if e.imports == imports]
+        extra = settings
+        if imports:  # an external game: its package's imports, and time for fresh workers to load it
+            extra = replace(
+                settings,
+                extra_imports=(*settings.extra_imports, *imports),
+                total_timeout_s=max(settings.total_timeout_s, EXTERNAL_VALIDATION_S),
+            )
+        checked = as_executor(executor).validate_many([(e.source, e.hint) for e in group], extra)
+        reports += zip(group, checked, strict=True)
+    for entry, report in reports:
         archive.add(
             entry.source,
             valid=report.valid,
@@ -295,8 +357,13 @@ def seed_pool(
         entries += jsonl_entries(config.jsonl)
     if config.reasoning_gym:
         entries += reasoning_gym_entries(
-            config.reasoning_gym, config.reasoning_gym_items, config.reasoning_gym_seed
+            config.reasoning_gym,
+            config.reasoning_gym_items,
+            config.reasoning_gym_seed,
+            config.reasoning_gym_attempts,
         )
+    for package in config.packages:
+        entries += external_entries(package, getattr(config, package), getattr(config, f"{package}_kwargs"))
     if entries:
         added += add_entries(archive, executor, entries, settings)
     return added
