@@ -4,6 +4,7 @@ GRPO steps of a tiny random model whose rewards are the episodes' returns."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from types import SimpleNamespace
 
@@ -172,6 +173,12 @@ def test_trl_generation_options_it_would_not_apply_are_refused(pool_files, sandb
     for option in ({"top_k": 50}, {"min_p": 0.1}, {"repetition_penalty": 1.2}):
         with pytest.raises(ValueError, match=f"GRPOConfig.{next(iter(option))} .* not applied"):
             rollout(prompt, _trainer(**option))
+    boxed = SandboxRollout(envs, sandbox, dataclasses.replace(CONFIG, action_stop={"games": ["}"]}))
+    masking = _trainer()
+    masking.mask_truncated_completions = True
+    with pytest.raises(ValueError, match="mask_truncated_completions would drop"):
+        boxed(prompt, masking)
+    assert rollout(prompt, masking)["episode_return"] == [0.0]  # no stop strings: allowed
     in_process = SandboxRollout(envs, sandbox, CONFIG)
     with pytest.raises(ValueError, match="use_vllm"):
         in_process(prompt, SimpleNamespace(use_vllm=True, args=_trainer().args))

@@ -60,8 +60,10 @@ holds keys and values of the weights it generated with). It samples at ``GRPOCon
 TRL's own generation that this loop does not apply (``use_vllm``, ``top_k``, ``min_p``,
 ``repetition_penalty``) are refused rather than ignored; to generate elsewhere (vLLM servers kept in step
 with the trainer), pass ``policy=`` a :class:`~spade_rl.policy.Policy` that serves the trainer's current
-weights. Leave ``GRPOConfig.mask_truncated_completions`` off: a multi-turn completion ends with the
-model's last action, which may end on a stop string rather than an end-of-sequence token.
+weights (also under DeepSpeed ZeRO-3 or FSDP, where this process holds only a shard of the model). Under
+several processes each plays its own slice of the batch, in its own sandbox. With ``action_stop`` set,
+``GRPOConfig.mask_truncated_completions`` is refused: a turn that ends on its stop string ("}") instead of
+an end-of-sequence token would be taken for truncated and its episode left out of the loss.
 
 **The sandbox.** Every environment (generated code) runs only in :class:`spade_rl.sandbox.Sandbox`; this
 module never imports or executes it. A failure of an environment (a timeout, a crash, a broken answer)
@@ -195,6 +197,12 @@ class SandboxRollout:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
         """Play one episode per prompt and answer TRL's rollout dict (see the module docstring)."""
         specs = self.episode_specs(prompts)
+        if getattr(trainer, "mask_truncated_completions", False) and any(self.config.action_stop.values()):
+            raise ValueError(
+                "GRPOConfig.mask_truncated_completions would drop every episode whose last turn ended on "
+                f"a stop string of rollout action_stop {self.config.action_stop}: set it to False, or "
+                "action_stop = {} (turns then end with the end-of-sequence token)"
+            )
         policy = self._policy if self._policy is not None else self._trainer_policy(trainer)
         config = _sampling_of(trainer, self.config)
         self.episodes = run_episodes(policy, self.sandbox, specs, config, seed=self._rng.randrange(2**31))
