@@ -320,6 +320,8 @@ SUITES: dict[str, str] = {
     "bfcl": "spade_rl.evaluate.bfcl:BFCLSuite",
     "humaneval": "spade_rl.evaluate.humaneval:HumanEvalSuite",
     "envs": "spade_rl.evaluate.envs_suite:EnvsSuite",
+    "gem": "spade_rl.evaluate.gem_suite:GemSuite",
+    "textarena": "spade_rl.evaluate.textarena_suite:TextArenaSuite",
 }
 # How to install what a suite needs beyond the core package (shown when its import fails).
 SUITE_INSTALL: dict[str, str] = {
@@ -327,6 +329,8 @@ SUITE_INSTALL: dict[str, str] = {
     "bfcl": "pip install 'spade-rl[eval]' (bfcl-eval itself with --no-deps; see the README, Evaluation)",
     "humaneval": "pip install 'spade-rl[eval]'",
     "envs": "nothing beyond spade-rl",
+    "gem": "pip install 'spade-rl[gem]' && pip install --no-deps gem-llm==0.1.0",
+    "textarena": "pip install 'spade-rl[textarena]'",
 }
 
 
