@@ -96,6 +96,9 @@ def wrong_action(name, env):
     if name == "arithmetic":
         answer = int(re.search(r"\\boxed\{(-?\d+)\}", last).group(1))
         return f"\\boxed{{{answer + 1}}}"
+    if name == "compare":  # the smaller number of the first pair
+        a, b = env._pairs[env._turn]
+        return f"\\boxed{{{min(a, b)}}}"
     if name == "schedule":  # everything on one printer is never optimal
         jobs = sorted(int(number) for number in re.findall(r"\d+", last))
         return f"\\boxed{{A: {', '.join(map(str, jobs))}; B:}}"
@@ -103,13 +106,14 @@ def wrong_action(name, env):
         "maze": "\\boxed{up}",  # the start is in the top-left corner: up is always a wall
         "lights": "\\boxed{1,1}",  # no puzzle is solved by one press (make_puzzle draws >= 2 cells)
         "tools": '<tool_call>{"name": "search_products", "arguments": {"query": "mug"}}</tool_call>',
+        "nim": "\\boxed{4}",  # more than a turn may take: an illegal move, the pile stays
     }[name]
 
 
 # --- every environment -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_each_file_defines_exactly_one_env_class_and_imports_only_the_standard_library(name):
     source = reference.source(name)
     assert len(find_env_classes(source)) == 1
@@ -124,7 +128,7 @@ def test_each_file_defines_exactly_one_env_class_and_imports_only_the_standard_l
             assert module.split(".")[0] in sys.stdlib_module_names, f"{name} imports {module}"
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_solution_wins_for_every_seed(name):
     for seed in SEEDS:
         env, _, _ = fresh(name, seed)
@@ -137,7 +141,7 @@ def test_solution_wins_for_every_seed(name):
         assert len(actions) <= env.max_turns
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_solution_wins_on_many_seeds(name):
     """A wider, lighter sweep: generators can fail on rare draws (a bill larger than every note)."""
     for seed in [*range(20, 300), 2**31 - 1, 2**64 + 5, -1]:
@@ -147,13 +151,13 @@ def test_solution_wins_on_many_seeds(name):
         assert reward == 1.0 and terminated, seed
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_seed_none_is_seed_zero(name):
     env = env_class(name)()
     assert env.reset(None) == env.reset(0)
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_same_seed_gives_the_same_transcript(name):
     def transcript(env, seed):
         first = env.reset(seed)
@@ -166,7 +170,7 @@ def test_same_seed_gives_the_same_transcript(name):
         assert transcript(one, seed) == transcript(one, seed)  # reset really resets
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_different_seeds_give_different_instances(name):
     instances = set()
     for seed in SEEDS:
@@ -177,7 +181,7 @@ def test_different_seeds_give_different_instances(name):
         assert len({observation for observation, _ in instances}) >= 2
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_malformed_actions_are_answered_not_raised(name):
     for action in MALFORMED:
         env, _, _ = fresh(name, 3)
@@ -188,7 +192,7 @@ def test_malformed_actions_are_answered_not_raised(name):
         assert result.observation.strip()
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_malformed_action_explains_the_format_and_counts_a_turn(name):
     env, _, _ = fresh(name, 1)
     (result,) = play(env, ["garbage"])
@@ -196,7 +200,8 @@ def test_malformed_action_explains_the_format_and_counts_a_turn(name):
     assert "\\boxed{" in result.observation or "<tool_call>" in result.observation
 
 
-@pytest.mark.parametrize("name", [name for name in reference.NAMES if name != "arithmetic"])
+# arithmetic and compare end after a fixed number of answers, right or wrong
+@pytest.mark.parametrize("name", [name for name in reference.ALL if name not in ("arithmetic", "compare")])
 def test_running_out_of_turns_truncates_with_reward_zero(name):
     env, _, _ = fresh(name, 5)
     results = play(env, [wrong_action(name, env)] * env.max_turns)
@@ -207,7 +212,7 @@ def test_running_out_of_turns_truncates_with_reward_zero(name):
     assert after.terminated and after.reward == 0.0
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_step_after_a_win_does_not_raise(name):
     env, _, _ = fresh(name, 2)
     play(env, check_solution_value(env.solution()))
@@ -215,7 +220,7 @@ def test_step_after_a_win_does_not_raise(name):
         assert result.terminated and result.reward == 0.0 and result.observation.strip()
 
 
-@pytest.mark.parametrize("name", reference.NAMES)
+@pytest.mark.parametrize("name", reference.ALL)
 def test_step_before_reset_does_not_raise(name):
     (result,) = play(env_class(name)(), ["\\boxed{1}"])
     assert result.terminated and result.reward == 0.0
@@ -226,11 +231,14 @@ def test_step_before_reset_does_not_raise(name):
 
 def test_registry_lists_every_file_once():
     files = sorted(p.stem for p in reference.path("guess").parent.glob("*.py") if p.stem != "__init__")
-    assert sorted(reference.NAMES) == files
-    assert set(reference.SETTINGS) == set(reference.DESCRIPTIONS) == set(reference.NAMES)
+    assert sorted(reference.ALL) == files
+    assert not set(reference.NAMES) & set(reference.HELD_OUT)
+    assert (
+        set(reference.SETTINGS) == set(reference.DESCRIPTIONS) == set(reference.HINTS) == set(reference.ALL)
+    )
     assert set(reference.SETTINGS.values()) == {"games", "tool_use"}
     assert reference.SETTINGS["tools"] == "tool_use"
-    for name in reference.NAMES:
+    for name in reference.ALL:
         assert reference.path(name).read_text(encoding="utf-8") == reference.source(name)
         assert "\n" not in reference.DESCRIPTIONS[name]
 
@@ -597,3 +605,52 @@ def test_sizes_change_the_instances_and_the_defaults_do_not():
 def test_impossible_sizes_are_refused(name, kwargs):
     with pytest.raises(ValueError, match=r"must be|need"):
         env_class(name)(**kwargs)
+
+
+# --- the held-out games --------------------------------------------------------------------------
+
+
+def test_nim_opponent_punishes_every_mistake_and_the_hint_strategy_always_wins():
+    env = env_class("nim")()
+    for seed in range(200):
+        env.reset(seed)
+        assert env._pile % 4 and 6 <= env._pile <= 11
+        pile = env._pile
+        take = 1 if pile % 4 != 1 else 2  # a move that does not leave a multiple of 4
+        _, reward, terminated, _, info = env.step(f"\\boxed{{{take}}}")
+        assert (reward, terminated) == (0.0, False) and info["pile"] % 4 == 0, seed  # the opponent fixed it
+        env.reset(seed)
+        assert play(env, env.solution())[-1].reward == 1.0
+
+
+def test_nim_illegal_moves_leave_the_pile():
+    env = env_class("nim")()
+    env.reset(4)
+    pile = env._pile
+    for action in ("\\boxed{0}", "\\boxed{4}", "\\boxed{-1}", "two"):
+        (result,) = play(env, [action])
+        assert result.info["status"] == "invalid" and result.info["pile"] == pile
+
+
+def test_nim_refuses_a_pile_range_the_first_player_cannot_win():
+    with pytest.raises(ValueError, match="multiples of 4"):
+        env_class("nim")(min_pile=8, max_pile=8)
+
+
+def test_compare_gives_partial_credit_and_wins_only_when_every_round_is_right():
+    env = env_class("compare")()
+    env.reset(11)
+    pairs = list(env._pairs)
+    answers = [
+        f"\\boxed{{{max(pairs[0])}}}",
+        f"\\boxed{{{min(pairs[1])}}}",
+        "no number",
+        f"\\boxed{{{max(pairs[3])}}}",
+    ]
+    results = play(env, answers)
+    assert [r.reward for r in results] == [0.0, 0.0, 0.0, 0.5] and results[-1].terminated
+    assert results[-1].info["status"] == "done" and results[-1].info["right"] == 2
+    env.reset(11)
+    assert [r.reward for r in play(env, env.solution())][-1] == 1.0
+    with pytest.raises(ValueError, match="rounds"):
+        env_class("compare")(rounds=9)

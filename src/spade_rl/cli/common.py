@@ -66,6 +66,6 @@ def read_env(spec: str) -> str:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read {spec}: {exc}") from None
-    if spec in reference.NAMES:
+    if spec in reference.ALL:
         return reference.source(spec)
-    raise fail(f"{spec} is neither a file nor a reference environment ({', '.join(reference.NAMES)})")
+    raise fail(f"{spec} is neither a file nor a reference environment ({', '.join(reference.ALL)})")

@@ -34,7 +34,7 @@ def envs_list(
     if archive is None:
         rows = [
             {"name": n, "setting": reference.SETTINGS[n], "description": reference.DESCRIPTIONS[n]}
-            for n in reference.NAMES
+            for n in reference.ALL
         ]
         title = "reference environments"
     else:

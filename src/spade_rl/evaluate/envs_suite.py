@@ -29,10 +29,11 @@ process past 24 GB (killed for memory); raise them on a GPU with ``--option envs
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -73,6 +74,9 @@ class EnvsSuite(Suite):
         # (rollout.action_prefix / action_stop: the CPU default plays with "\\boxed{" and "}").
         "action_prefix": "",
         "action_stop": (),
+        # Reference environments only: constructor arguments per name, as [pool.reference_kwargs] gives
+        # them in training ({"guess": {"high": 20}}: the sizes the CPU default trains at).
+        "env_kwargs": {},
     }
 
     def __init__(self, **options: Any) -> None:
@@ -87,13 +91,43 @@ class EnvsSuite(Suite):
             )
         if o["max_new_tokens"] >= o["max_context_tokens"]:
             raise ValueError("option envs.max_new_tokens must be smaller than envs.max_context_tokens")
+        self._check_env_kwargs()
         self._envs: list[HeldOutEnv] | None = None
         self.all_environments()  # a bad source or id fails here, before any model is loaded
+
+    def _check_env_kwargs(self) -> None:
+        table = self.options["env_kwargs"]
+        if isinstance(table, str):  # the command line: --option 'envs.env_kwargs={"guess": {"high": 20}}'
+            try:
+                table = self.options["env_kwargs"] = json.loads(table)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"option envs.env_kwargs: not JSON ({exc}): {table!r}") from None
+        if not isinstance(table, dict):
+            raise ValueError(f"option envs.env_kwargs must be a table of name -> arguments, got {table!r}")
+        if table and self.options["source"] != "reference":
+            raise ValueError(
+                "option envs.env_kwargs applies to reference environments only; an archive's or a pool's "
+                "environments are played with the arguments they were validated with"
+            )
+        for name, kwargs in table.items():
+            if name not in reference.ALL:
+                raise ValueError(
+                    f"option envs.env_kwargs.{name}: unknown reference environment; allowed: "
+                    f"{', '.join(reference.ALL)}"
+                )
+            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+                raise ValueError(
+                    f"option envs.env_kwargs.{name} must be a table of constructor arguments, got {kwargs!r}"
+                )
 
     def all_environments(self) -> list[HeldOutEnv]:
         """Every environment of the source that the options select (loaded once)."""
         if self._envs is None:
-            self._envs = load_environments(self.options["source"], self.options["envs"])
+            envs = load_environments(self.options["source"], self.options["envs"])
+            table = self.options["env_kwargs"]
+            self._envs = [
+                replace(e, env_kwargs=dict(table[e.label])) if e.label in table else e for e in envs
+            ]
         return self._envs
 
     def environments(self, seed: int = 0) -> list[HeldOutEnv]:
@@ -108,6 +142,8 @@ class EnvsSuite(Suite):
         digest = hashlib.sha256()
         for env in self.all_environments():
             digest.update(f"{env.label}\0{env.source}\0".encode("utf-8", "surrogatepass"))
+            if env.env_kwargs:  # other sizes are other environments (older versions had none)
+                digest.update(json.dumps(env.env_kwargs, sort_keys=True).encode())
         return f"spade-rl {__version__} envs {self.options['source']} {digest.hexdigest()[:12]}"
 
     def run(self, policy: Policy, ctx: EvalContext) -> SuiteResult:
@@ -175,13 +211,14 @@ def load_environments(source: str, wanted: tuple[str, ...] = ()) -> list[HeldOut
     or a JSONL pool (valid lines). ``wanted`` keeps only those names (reference) or ids (archive, pool).
     Raises ``ValueError`` saying what is wrong with ``source`` or ``wanted``."""
     if source == "reference":
-        unknown = [name for name in wanted if name not in reference.NAMES]
+        unknown = [name for name in wanted if name not in reference.ALL]
         if unknown:
             raise ValueError(
                 f"option envs.envs: unknown reference environment(s) {unknown}; allowed: "
-                f"{', '.join(reference.NAMES)}"
+                f"{', '.join(reference.NAMES)}, and the held-out {', '.join(reference.HELD_OUT)}"
             )
-        names = [n for n in reference.NAMES if not wanted or n in wanted]
+        # Without a selection: the reference environments, never the held-out ones (named only).
+        names = [n for n in reference.ALL if n in wanted] if wanted else list(reference.NAMES)
         return [HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in names]
     path = Path(source)
     if not path.exists():

@@ -18,6 +18,14 @@ from importlib import resources
 # Stable order: the games first (easiest first), then tool use.
 NAMES: tuple[str, ...] = ("guess", "arithmetic", "maze", "codebreaker", "lights", "schedule", "tools")
 
+# Held-out games: played by name (``spade-rl eval --suite envs --option envs.envs=nim``, ``spade-rl play
+# nim``), but in no default: not in the training pool (``pool.reference`` defaults to NAMES), not shown
+# to the designer as examples, not in the envs suite's default selection. They exist to measure
+# transfer to games the model never trained on (experiments/cpu-learning.toml).
+HELD_OUT: tuple[str, ...] = ("nim", "compare")
+
+ALL: tuple[str, ...] = NAMES + HELD_OUT
+
 SETTINGS: dict[str, str] = {
     "guess": "games",
     "arithmetic": "games",
@@ -26,6 +34,8 @@ SETTINGS: dict[str, str] = {
     "lights": "games",
     "schedule": "games",
     "tools": "tool_use",
+    "nim": "games",
+    "compare": "games",
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -36,6 +46,8 @@ DESCRIPTIONS: dict[str, str] = {
     "lights": "Lights Out on a 4x4 board: press cells to switch every light off (logic puzzle).",
     "schedule": "Split jobs between two printers to minimise the makespan, 3 attempts (optimisation).",
     "tools": "Answer a store question by calling inventory tools given as JSON schemas (tool use).",
+    "nim": "Take 1-3 stones from a pile of 5-9 against a random opponent; the last stone wins (held out).",
+    "compare": "Say which of two numbers is larger, 4 rounds, scored by the share right (held out).",
 }
 
 
@@ -70,6 +82,14 @@ HINTS: dict[str, str] = {
         "List the products first, then look up each product the question needs, and compute the answer "
         "from the tool results only."
     ),
+    "nim": (
+        "Leave the opponent a multiple of 4 stones: take the remainder of the pile divided by 4 whenever "
+        "it is not zero."
+    ),
+    "compare": (
+        "Compare the tens digits first and, only when they are equal, the ones digits; box the larger "
+        "number exactly as it is written."
+    ),
 }
 
 
@@ -82,9 +102,10 @@ class UnknownReferenceName(KeyError):
 
 
 def _check(name: str) -> None:
-    if name not in NAMES:
+    if name not in ALL:
         raise UnknownReferenceName(
-            f"unknown reference environment {name!r}; allowed names: {', '.join(NAMES)}"
+            f"unknown reference environment {name!r}; allowed names: {', '.join(NAMES)} "
+            f"(held out for evaluation: {', '.join(HELD_OUT)})"
         )
 
 
