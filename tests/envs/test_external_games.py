@@ -15,7 +15,7 @@ from spade_rl.archive import Archive
 from spade_rl.design.validate import ValidationSettings, validate_source
 from spade_rl.envs import external
 from spade_rl.envs.loader import find_env_classes
-from spade_rl.loop.config import ConfigError, PoolConfig
+from spade_rl.loop.config import ConfigError, PoolConfig, load_config
 from spade_rl.loop.pool import seed_pool
 from spade_rl.policy import FakePolicy
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
@@ -70,6 +70,19 @@ def test_pool_config_refuses_what_cannot_be_a_training_game():
     with pytest.raises(ConfigError, match="reasoning_gym_attempts must be at least 1"):
         PoolConfig(reasoning_gym_attempts=0)
     assert PoolConfig(reference=()).packages == () and PoolConfig(reference=()).empty
+
+
+@pytest.mark.skipif(len(PACKAGES) < 2, reason="needs both gem and textarena")
+def test_a_run_configuration_names_games_and_their_arguments(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        '[pool]\nreference = []\ngem = ["game:GuessTheNumber-v0-hard"]\ntextarena = ["TowerOfHanoi-v0"]\n'
+        'reasoning_gym_attempts = 3\n[pool.gem_kwargs]\n"game:GuessTheNumber-v0-hard" = {max_number = 30}\n'
+    )
+    pool = load_config(path).pool
+    assert pool.gem == ("game:GuessTheNumber-v0-hard",) and pool.textarena == ("TowerOfHanoi-v0",)
+    assert pool.gem_kwargs == {"game:GuessTheNumber-v0-hard": {"max_number": 30}}
+    assert pool.packages == ("gem", "textarena") and pool.reasoning_gym_attempts == 3 and not pool.empty
 
 
 def test_the_sandbox_configuration_adds_each_preload_once():
