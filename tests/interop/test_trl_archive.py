@@ -197,6 +197,8 @@ def test_the_reward_function_returns_the_returns_and_logs_play():
         log_metric=lambda name, value: logged.__setitem__(name, value),
     )
     assert rewards == [1.0, 0.0]
+    with pytest.raises(ValueError, match="reads the episode_return column that SandboxRollout answers"):
+        environment_return(prompts=["a"], completions=[""])  # a trainer without the rollout
     assert logged == {"env/win_rate": 0.5, "env/mean_turns": 2.0, "env/env_error_rate": 0.5}
 
 

@@ -289,7 +289,7 @@ def episode_row(episode: Episode, eos_token_id: int) -> dict[str, Any]:
 
 def environment_return(
     *,
-    episode_return: list[float],
+    episode_return: list[float] | None = None,
     episode_won: list[bool] | None = None,
     episode_turns: list[int] | None = None,
     episode_stop_reason: list[str] | None = None,
@@ -299,6 +299,12 @@ def environment_return(
     """TRL reward function: each row's episode return, as :class:`SandboxRollout` recorded it. It also
     logs ``env/win_rate``, ``env/mean_turns`` and ``env/env_error_rate`` through TRL's ``log_metric``.
     (TRL calls a reward function with every column of the batch by name: the others are not used.)"""
+    if episode_return is None:
+        raise ValueError(
+            "environment_return reads the episode_return column that SandboxRollout answers: pass "
+            "rollout_func=SandboxRollout(...) to the GRPOTrainer (with environment_factory, the "
+            "environments' get_reward is the reward: no reward function is needed)"
+        )
     rewards = [float(r) for r in episode_return]
     if log_metric is not None and rewards:
         n = len(rewards)
