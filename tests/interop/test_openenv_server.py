@@ -61,13 +61,14 @@ class Served:
                 stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 if requests.get(self.base + "/health", timeout=1).ok:
                     return
             except requests.ConnectionError:
                 time.sleep(0.1)
+        self.proc.kill()
+        self.proc.wait()
         raise AssertionError(f"the server did not start: {self.log.read_text()}")
 
     def client(self, name: str):
@@ -86,9 +87,15 @@ class Served:
         """SIGTERM, as a service manager stops it: a clean shutdown, no worker left. (uvicorn re-raises
         the signal once shut down, so the status is that of SIGTERM.)"""
         workers = children(self.proc.pid)
-        assert workers, "the server's sandbox workers are its children"
         self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=30) in (0, -signal.SIGTERM), self.log.read_text()
+        try:
+            status = self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:  # never leave a server behind, even when the test fails
+                self.proc.kill()
+                self.proc.wait()
+        assert workers, "the server's sandbox workers are its children"
+        assert status in (0, -signal.SIGTERM), self.log.read_text()
         assert "Application shutdown complete" in self.log.read_text()
         time.sleep(0.2)
         assert [w for w in workers if Path(f"/proc/{w}").exists()] == [], self.log.read_text()

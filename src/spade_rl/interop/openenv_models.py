@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spade_rl.interop.gym_episode import Outcome
 
@@ -125,3 +125,20 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, bool)):
         return value
     return repr(value)
+
+
+class Refused(Exception):
+    """A request the server refuses: its HTTP status, its OpenEnv WebSocket code and what was wrong."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
+
+
+def validation_summary(exc: ValidationError) -> str:
+    """A pydantic error list in one line: ``loc: message; ...``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+
+
+def kind_of(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

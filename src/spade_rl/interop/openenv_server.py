@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -54,6 +54,7 @@ from spade_rl.envs import reference
 from spade_rl.interop import openenv_models as m
 from spade_rl.interop.gym_episode import SandboxedEpisode
 from spade_rl.interop.gym_sources import EnvEntry
+from spade_rl.interop.openenv_socket import serve_socket
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -86,14 +87,6 @@ class ServeConfig:
             raise ValueError(f"max_action_chars must be from 1 to {MAX_BODY_BYTES // 4}")
         if not 64 <= self.max_observation_chars <= MAX_BODY_BYTES // 4:
             raise ValueError(f"max_observation_chars must be from 64 to {MAX_BODY_BYTES // 4}")
-
-
-class Refused(Exception):
-    """A request the server refuses: its HTTP status, its OpenEnv WebSocket code and what was wrong."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any):
-        super().__init__(message)
-        self.status, self.code, self.extra = status, code, extra
 
 
 @dataclass(eq=False)
@@ -143,13 +136,13 @@ class EnvServer:
         if name is None:
             if len(self.entries) == 1:
                 return next(iter(self.entries.values()))
-            raise Refused(
+            raise m.Refused(
                 404,
                 m.FACTORY_ERROR,
                 f"{len(self.entries)} environments are served: use /envs/<name>/...; served: {self._names()}",
             )
         if name not in self.entries:
-            raise Refused(404, m.FACTORY_ERROR, f"unknown environment {name!r}; served: {self._names()}")
+            raise m.Refused(404, m.FACTORY_ERROR, f"unknown environment {name!r}; served: {self._names()}")
         return self.entries[name]
 
     def _names(self) -> str:
@@ -161,9 +154,9 @@ class EnvServer:
         """A new session on a warm sandbox; ``Refused`` 503 at ``max_sessions``."""
         with self._lock:
             if self._closing:
-                raise Refused(503, m.SESSION_ERROR, "the server is shutting down")
+                raise m.Refused(503, m.SESSION_ERROR, "the server is shutting down")
             if len(self.sessions) >= self.config.max_sessions:
-                raise Refused(
+                raise m.Refused(
                     503,
                     m.CAPACITY_REACHED,
                     f"the server holds its maximum of {self.config.max_sessions} sessions (--max-sessions); "
@@ -227,31 +220,32 @@ class EnvServer:
         async with self._active(session):
             episode = session.episode
             if not episode.started:
-                raise Refused(409, m.EXECUTION_ERROR, "step before reset: send a reset first")
+                raise m.Refused(409, m.EXECUTION_ERROR, "step before reset: send a reset first")
             if episode.done:
-                raise Refused(409, m.EXECUTION_ERROR, "the episode is over: send a reset to start another")
+                raise m.Refused(409, m.EXECUTION_ERROR, "the episode is over: send a reset to start another")
             outcome = await self.run(episode.step, action, timeout_s)
             return m.wire(outcome, episode.turns, reset=False)
 
     def parse_action(self, payload: Any) -> str:
         """The action's text; ``Refused`` 422 saying what a SpadeAction is."""
         if not isinstance(payload, dict):
-            raise Refused(
+            raise m.Refused(
                 422,
                 m.VALIDATION_ERROR,
-                f"an action is a JSON object {{'message': str}}, got {_kind(payload)}",
+                f"an action is a JSON object {{'message': str}}, got {m.kind_of(payload)}",
             )
         try:
             action = m.SpadeAction.model_validate(payload)
         except ValidationError as exc:
-            raise Refused(
+            raise m.Refused(
                 422,
                 m.VALIDATION_ERROR,
-                f"an action is {{'message': <the agent's text>}} (and optional 'metadata'): {_errors(exc)}",
+                "an action is {'message': <the agent's text>} (and optional 'metadata'): "
+                + m.validation_summary(exc),
                 errors=exc.errors(include_url=False, include_context=False, include_input=False),
             ) from None
         if len(action.message) > self.config.max_action_chars:
-            raise Refused(
+            raise m.Refused(
                 422,
                 m.VALIDATION_ERROR,
                 f"the action has {len(action.message)} characters; at most {self.config.max_action_chars}",
@@ -276,7 +270,9 @@ class EnvServer:
         """One call at a time per session; not idle while it runs."""
         async with session.lock:
             if session.closed:
-                raise Refused(410, m.SESSION_ERROR, f"the session was closed: {session.expired or 'closed'}")
+                raise m.Refused(
+                    410, m.SESSION_ERROR, f"the session was closed: {session.expired or 'closed'}"
+                )
             session.busy += 1
             try:
                 yield
@@ -327,8 +323,8 @@ def create_app(server: EnvServer) -> FastAPI:
 
     app = FastAPI(title="spade-rl environments (OpenEnv)", version=__version__, lifespan=lifespan)
 
-    @app.exception_handler(Refused)
-    async def refused(request: Request, exc: Refused) -> JSONResponse:
+    @app.exception_handler(m.Refused)
+    async def refused(request: Request, exc: m.Refused) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "code": exc.code, **m.json_safe(exc.extra)}, exc.status)
 
     @app.get("/health")
@@ -419,12 +415,12 @@ def _add_env_routes(app: FastAPI, server: EnvServer, prefix: str) -> None:
 
     @app.websocket(prefix + "/ws")
     async def ws(websocket: WebSocket) -> None:
-        await _serve_socket(server, websocket)
+        await serve_socket(server, websocket)
 
 
 def _http_session(server: EnvServer, entry: EnvEntry, episode_id: str | None) -> Session:
     if episode_id is None:
-        raise Refused(
+        raise m.Refused(
             409,
             m.EXECUTION_ERROR,
             "OpenEnv's HTTP /step is stateless and cannot continue a game: play over the WebSocket session "
@@ -433,7 +429,7 @@ def _http_session(server: EnvServer, entry: EnvEntry, episode_id: str | None) ->
         )
     session = server.http_sessions.get((entry.name, episode_id))
     if session is None or session.closed:
-        raise Refused(
+        raise m.Refused(
             404,
             m.SESSION_ERROR,
             f"no episode {episode_id!r} of {entry.name}: POST /reset with this episode_id first "
@@ -449,113 +445,19 @@ async def _request_model(request: Request, model, allow_empty: bool = False):
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise Refused(413, m.VALIDATION_ERROR, f"the body is larger than {MAX_BODY_BYTES} bytes")
+            raise m.Refused(413, m.VALIDATION_ERROR, f"the body is larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
         body = {} if allow_empty and not raw.strip() else json.loads(raw)
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise Refused(422, m.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        raise m.Refused(422, m.INVALID_JSON, f"the body is not JSON: {exc}") from None
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise Refused(422, m.VALIDATION_ERROR, f"not a valid {model.__name__}: {_errors(exc)}") from None
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-
-
-async def _serve_socket(server: EnvServer, websocket: WebSocket) -> None:
-    """One WebSocket session. A refused session (unknown environment, no capacity) answers the first
-    message with its error and closes; so does an expired one."""
-    await websocket.accept()
-    session: Session | None = None
-    refusal: Refused | None = None
-    try:
-        session = server.open(server.entry(websocket.path_params.get("name")), "ws")
-    except Refused as exc:
-        refusal = exc
-    try:
-        while True:
-            try:
-                raw = await asyncio.wait_for(_receive(websocket), timeout=server.config.idle_timeout_s * 2)
-            except TimeoutError:
-                break  # a connection with no message for twice the idle limit is dropped
-            if raw is None:
-                break
-            if refusal is None and session is not None and session.expired:
-                refusal = Refused(410, m.SESSION_ERROR, f"the session was closed: {session.expired}")
-            if refusal is not None:
-                await _send(websocket, m.error_message(refusal.code, str(refusal), **refusal.extra))
-                break
-            assert session is not None
-            reply = await _handle(server, session, raw)
-            if reply is None:
-                break
-            await _send(websocket, reply)
-    except WebSocketDisconnect:
-        pass
-    finally:
-        if session is not None:
-            await server.run(server.close, session, session.expired)
-        try:
-            await websocket.close()
-        except (RuntimeError, OSError, WebSocketDisconnect):
-            pass  # the client closed first (uvicorn's ClientDisconnected is an OSError)
-
-
-async def _handle(server: EnvServer, session: Session, raw: str) -> dict | None:
-    """The answer to one WebSocket message (None for ``close``)."""
-    try:
-        message = json.loads(raw)
-    except ValueError as exc:
-        return m.error_message(m.INVALID_JSON, f"Invalid JSON: {exc}")
-    if not isinstance(message, dict):
-        return m.error_message(m.INVALID_JSON, f"a message is a JSON object, got {_kind(message)}")
-    kind = message.get("type", "")
-    try:
-        if kind == "reset":
-            data = message.get("data", {})
-            try:
-                request = m.ResetRequest.model_validate(data if data is not None else {})
-            except ValidationError as exc:
-                return m.error_message(m.VALIDATION_ERROR, f"Invalid message: {_errors(exc)}")
-            return {"type": "observation", "data": await server.reset(session, request)}
-        if kind == "step":
-            if "data" not in message:
-                return m.error_message(
-                    m.VALIDATION_ERROR, "Invalid message: a step needs 'data' (the action)"
-                )
-            return {"type": "observation", "data": await server.step(session, message["data"])}
-        if kind == "state":
-            return {"type": "state", "data": server.state(session)}
-        if kind == "close":
-            return None
-    except Refused as exc:
-        return m.error_message(exc.code, str(exc), **exc.extra)
-    return m.error_message(
-        m.UNKNOWN_TYPE, f"Unknown message type: {kind!r}; this server answers reset, step, state and close"
-    )
-
-
-async def _receive(websocket: WebSocket) -> str | None:
-    """The next text message (binary: decoded as UTF-8), None when the client went away."""
-    message = await websocket.receive()
-    if message["type"] == "websocket.disconnect":
-        return None
-    if message.get("text") is not None:
-        return message["text"]
-    data = message.get("bytes") or b""
-    return data.decode("utf-8", errors="replace")
-
-
-async def _send(websocket: WebSocket, message: dict) -> None:
-    await websocket.send_text(json.dumps(m.json_safe(message), allow_nan=False, ensure_ascii=False))
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+        raise m.Refused(
+            422, m.VALIDATION_ERROR, f"not a valid {model.__name__}: {m.validation_summary(exc)}"
+        ) from None
 
 
 def serve(entries: list[EnvEntry], config: ServeConfig) -> None:
