@@ -271,3 +271,28 @@ def test_bad_serve_arguments_are_refused_before_serving(tmp_path):
             timeout=60,
         )
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_an_archive_and_a_pool_are_served_with_their_recorded_arguments(tmp_path):
+    from spade_rl.archive import Archive
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with Archive(run / "archive.sqlite") as archive:
+        common = {"skill": "logic", "setting": "games", "iteration": 0}
+        kept = archive.add(PARITY, valid=True, reason="ok", env_kwargs={"max_turns": 3}, **common).env_id
+        archive.add(HANGS, valid=False, reason="timeout", **common)
+        archive.export_jsonl(tmp_path / "pool.jsonl")
+    for args in (["--archive", str(run)], ["--jsonl", str(tmp_path / "pool.jsonl"), "--ids", str(kept)]):
+        server = Served(tmp_path, *args)
+        try:
+            listed = requests.get(server.base + "/envs").json()["environments"]
+            assert [e["name"] for e in listed] == [f"env{kept}"]  # the rejected design is not served
+            with server.client(f"env{kept}") as env:
+                env.reset(seed=0)
+                assert [env.step({"message": "odd"}).done for _ in range(3)] == [False, False, True]
+                env.reset(seed=0)
+                assert env.step({"message": "xx"}).reward == 1.0  # the parity game's solution at seed 0
+        finally:
+            server.stop()

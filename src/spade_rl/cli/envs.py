@@ -204,7 +204,7 @@ def envs_serve(
     jsonl: Path | None = typer.Option(None, "--jsonl", help="A JSONL pool written by `envs export`."),
     ids: str = typer.Option("", "--ids", help="Only these ids of the archive or pool, e.g. 3,7."),
     host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="The port (0: any free one)."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="The port to listen on."),
     max_sessions: int = typer.Option(8, "--max-sessions", min=1, max=1024, help="Sessions at once."),
     idle_timeout: float = typer.Option(300.0, "--idle-timeout", min=0.01, help="Close idle sessions (s)."),
     call_timeout: float = typer.Option(5.0, "--call-timeout", min=0.01, help="Deadline of one call (s)."),
