@@ -45,10 +45,11 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def reference_entry(name: str) -> EnvEntry:
-    """The reference environment ``name``; ``UnknownEnvironment`` lists the allowed names."""
-    if name not in reference.NAMES:
+    """The reference environment ``name`` (the training references and the held-out games alike);
+    ``UnknownEnvironment`` lists the allowed names."""
+    if name not in reference.ALL:
         raise UnknownEnvironment(
-            f"unknown reference environment {name!r}; allowed names: {', '.join(reference.NAMES)}"
+            f"unknown reference environment {name!r}; allowed names: {', '.join(reference.ALL)}"
         )
     return EnvEntry(
         name,
@@ -182,18 +183,18 @@ def served_entries(
     for spec in specs:
         if Path(spec).is_file():
             entries.append(file_entry(spec))
-        elif spec in reference.NAMES:
+        elif spec in reference.ALL:
             entries.append(reference_entry(spec))
         else:
             raise UnknownEnvironment(
-                f"{spec} is neither a file nor a reference environment ({', '.join(reference.NAMES)})"
+                f"{spec} is neither a file nor a reference environment ({', '.join(reference.ALL)})"
             )
     if archive:
         entries += archive_entries(archive, wanted)
     if jsonl:
         entries += jsonl_entries(jsonl, wanted)
     if not (specs or archive or jsonl):
-        entries = [reference_entry(name) for name in reference.NAMES]
+        entries = [reference_entry(name) for name in reference.ALL]
     return entries
 
 

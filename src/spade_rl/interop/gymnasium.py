@@ -220,7 +220,7 @@ def resolve(
     if len(given) != 1:
         raise UnknownEnvironment(
             "give exactly one of name (a reference environment: "
-            f"{', '.join(reference.NAMES)}), archive= with env_id=, jsonl= with env_id=, or file=; "
+            f"{', '.join(reference.ALL)}), archive= with env_id=, jsonl= with env_id=, or file=; "
             f"got {', '.join(given) or 'none'}"
         )
     if env_id is not None and (type(env_id) is not int or env_id < 1):
@@ -264,7 +264,7 @@ def register_envs() -> None:
     """Register ``spade-rl/<reference name>`` for every reference environment and ``spade-rl/Archive-v0``
     for archives, pools and files (idempotent; this module calls it when imported)."""
     entry_point = f"{__name__}:SpadeEnv"
-    for name in reference.NAMES:
+    for name in reference.ALL:
         env_id = f"{NAMESPACE}/{name}"
         if env_id not in gymnasium.registry:
             gymnasium.register(env_id, entry_point=entry_point, kwargs={"name": name})
