@@ -250,3 +250,10 @@ def test_the_pool_seeds_gem_and_textarena_games_validated_in_the_sandbox(games_s
         mastermind = next(r for r in records if r.skill == "gem:game:Mastermind-v0-easy")
         assert '{"num_numbers": 5}' in mastermind.source and mastermind.env_kwargs == {"max_turns": 16}
         assert seed_pool(archive, games_sandbox, config, ValidationSettings(max_turns=16)) == 0  # resume
+
+
+@needs_gem
+def test_a_worker_without_the_preload_says_what_to_add(sandbox):
+    opened = sandbox.open(external.gem_source("game:GuessTheNumber-v0-easy"))  # the default preload
+    assert not opened.ok and opened.reason == "load_raised"
+    assert "must preload spade_rl.envs.external.gem_preload" in opened.traceback

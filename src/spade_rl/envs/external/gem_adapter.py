@@ -29,6 +29,13 @@ What it maps (the README, "Use the environments elsewhere", has the table):
 import copy
 import json
 import random
+import sys
+
+if "gem" not in sys.modules:  # importing it after the worker hardened itself fails (numpy under seccomp)
+    raise RuntimeError(
+        "GEM is not loaded in this sandbox worker: its workers must preload "
+        "spade_rl.envs.external.gem_preload (sandbox.preload; a run with [pool] gem and the gem suite add it)"
+    )
 
 import gem
 import numpy

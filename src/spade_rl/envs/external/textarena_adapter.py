@@ -35,6 +35,14 @@ import copy
 import json
 import random
 import re
+import sys
+
+if "textarena" not in sys.modules:  # a hardened worker may not import what it did not preload
+    raise RuntimeError(
+        "TextArena is not loaded in this sandbox worker: its workers must preload "
+        "spade_rl.envs.external.textarena_preload (sandbox.preload; a run with [pool] textarena and the "
+        "textarena suite add it)"
+    )
 
 import textarena
 
