@@ -165,6 +165,10 @@ def test_bad_actions_and_calls_out_of_order_are_the_callers_errors():
         env.step("x" * 70000)
     with pytest.raises(ValueError, match="takes no options"):
         env.reset(options={"level": 3})
+    for seed in (-1, 2**64, 1.5):
+        with pytest.raises(ValueError, match="seed must be an integer from 0 to 2\\*\\*63 - 1"):
+            env.reset(seed=seed)
+    env.reset(seed=0)
     for move in env.solution():
         env.step(move)
     with pytest.raises(RuntimeError, match="episode is over"):

@@ -28,7 +28,7 @@ from spade_rl.envs.contract import (
     check_step_value,
 )
 from spade_rl.interop.gym_sources import EnvEntry
-from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, SandboxFull, SandboxUnavailable
+from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, SandboxFull
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,9 @@ class SandboxedEpisode:
     def reset(self, seed: int | None = None) -> Outcome:
         """Start an episode from ``seed``. A failure (the source does not load, the constructor or reset
         raises, times out, or answers outside the contract) comes back as an Outcome with ``error``; the
-        episode is then over at once."""
+        episode is then over at once. ``SandboxUnavailable`` when this machine cannot isolate the code."""
+        if seed is not None and (type(seed) is not int or not -(2**63) <= seed < 2**63):
+            raise ValueError(f"a seed is an integer within ±2**63 (the sandbox's range), got {seed!r}")
         self.turns, self.seed, self.episode_return, self.started = 0, seed, 0.0, True
         self.done = False
         handle, failure = self._fresh_handle()
@@ -182,8 +184,8 @@ class SandboxedEpisode:
             opened = self.sandbox.open(self.entry.source, kwargs=dict(self.entry.env_kwargs))
         except SandboxFull as exc:
             return None, Outcome("", error=f"open: {exc}", reason="sandbox_full")
-        except SandboxUnavailable as exc:
-            return None, Outcome("", error=f"open: {exc}", reason="sandbox_unavailable")
+        # SandboxUnavailable (this machine lacks an isolation layer the configuration requires) is not
+        # the environment's failure: it propagates, saying which layer and what fixes it.
         if not opened.ok:
             return None, _failure("open", opened)
         self._handle = opened.value

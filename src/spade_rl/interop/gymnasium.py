@@ -27,8 +27,10 @@ its worker, or answers outside the contract: a reward outside [0, 1], wrong type
 episode ends with ``truncated=True``, reward 0, ``info["error"]`` (what happened) and
 ``info["error_reason"]`` (a stable code such as ``timeout``, ``crashed``, ``step_bad_type``). A failed
 ``reset`` returns an observation that says so and the same two keys; the next ``step`` ends the episode.
-Bad input from the caller (an unknown name or id, an action that is not a str) raises ``ValueError`` or
-``TypeError`` saying what is allowed.
+Bad input from the caller (an unknown name or id, an action that is not a str, a seed that is not a
+non-negative integer) raises ``ValueError`` or ``TypeError`` saying what is allowed; a machine that lacks
+an isolation layer the sandbox requires raises ``SandboxUnavailable`` at the first ``reset`` (see
+``spade-rl doctor``).
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ class SpadeEnv(gymnasium.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         """Start an episode: instance ``seed``, or the next seed of the Gymnasium generator. ``options``
         is accepted for the API and must be empty or None (these environments take none)."""
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**63):
+            raise ValueError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
         super().reset(seed=seed)
         if options:
             raise ValueError(f"reset() takes no options for spade-rl environments, got {sorted(options)}")

@@ -55,7 +55,7 @@ from spade_rl.interop import openenv_models as m
 from spade_rl.interop.gym_episode import SandboxedEpisode
 from spade_rl.interop.gym_sources import EnvEntry
 from spade_rl.interop.openenv_socket import serve_socket
-from spade_rl.sandbox import Sandbox, SandboxConfig
+from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,10 @@ class EnvServer:
     # --- the environment calls --------------------------------------------------------------------
     async def reset(self, session: Session, request: m.ResetRequest) -> dict:
         async with self._active(session):
-            outcome = await self.run(session.episode.reset, request.seed)
+            try:
+                outcome = await self.run(session.episode.reset, request.seed)
+            except SandboxUnavailable as exc:  # the machine, not the environment (see spade-rl doctor)
+                raise m.Refused(503, m.EXECUTION_ERROR, f"the sandbox cannot run here: {exc}") from None
             session.episode_id = request.episode_id or session.episode_id
             return m.wire(outcome, 0, reset=True)
 
