@@ -183,6 +183,30 @@ def test_a_folder_holding_another_experiment_is_refused(tmp_path):
         run_experiment(load_experiment(write_experiment(tmp_path, MINIMAL)), stray)
 
 
+def test_a_folder_of_an_earlier_release_is_the_same_experiment(tmp_path, caplog):
+    """Keys added since (at their defaults) and keys renamed since do not make an experiment another one;
+    a changed value still does."""
+    from spade_rl.experiment import runner
+
+    spec = load_experiment(write_experiment(tmp_path, MINIMAL))
+    older = json.loads(json.dumps(spec.resolved()))
+    for seed in older["arms"]["a"].values():
+        del seed["rewards"]["progress_bonus"]  # a key this release added
+        seed["archive"]["band_low"] = seed["archive"].pop("frontier_low")  # a key renamed since
+    del older["eval"]["samples"]
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "experiment.json").write_text(json.dumps(older))
+    with caplog.at_level("WARNING"):
+        runner._claim(folder, spec)
+    assert "rewards.progress_bonus" in caplog.text and "eval.samples" in caplog.text
+    assert json.loads((folder / "experiment.json").read_text()) == older  # the stored file is kept
+    older["arms"]["b"]["0"]["loop"]["iterations"] = 7
+    (folder / "experiment.json").write_text(json.dumps(older))
+    with pytest.raises(ExperimentError, match=r"differs in arms.b.0.loop.iterations"):
+        runner._claim(folder, spec)
+
+
 def test_example_experiments_load(monkeypatch):
     monkeypatch.chdir(ROOT)  # pool files in the examples are relative to the repository root
     tiny = load_experiment(EXPERIMENTS / "ci-tiny.toml")
@@ -277,3 +301,29 @@ def test_wall_time_budget_stops_each_arm_and_checkpoints_it(tmp_path):
         assert (record.run_dir / "checkpoints" / "iter-0001" / "state.json").exists()  # though every=4
     assert outcome.figure is not None and outcome.figure.exists()
     assert "1 (wall_time)" in outcome.comparison_md.read_text()
+
+
+def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeypatch):
+    """An arm that trained before its start was evaluated gets the start evaluated apart: the model the
+    run starts from, which is the base model after the designer's warm-up, not the bare base model."""
+    import contextlib
+
+    from spade_rl.experiment import runner
+
+    calls = []
+
+    class Policy:
+        def close(self):
+            calls.append("close")
+
+    monkeypatch.setattr("spade_rl.policy.make_policy", lambda config: calls.append("make") or Policy())
+    monkeypatch.setattr(
+        "spade_rl.loop.warmup.warm_up", lambda policy, *args: calls.append(("warm_up", type(policy).__name__))
+    )
+    monkeypatch.setattr(
+        "spade_rl.loop.run.evaluate_policy", lambda *args: calls.append("evaluate") or "result"
+    )
+    monkeypatch.setattr("spade_rl.sandbox.Sandbox", lambda config: contextlib.nullcontext("sandbox"))
+    spec = load_experiment(write_experiment(tmp_path, MINIMAL))
+    assert runner._evaluate_start(spec.arms[0].config(0), spec) == "result"
+    assert calls == ["make", ("warm_up", "Policy"), "evaluate", "close"]

@@ -103,17 +103,79 @@ def _claim(folder: Path, experiment: Experiment) -> None:
             old = json.loads(stored.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ExperimentError(f"{stored} cannot be read ({exc}); pick another folder") from None
-        if old != resolved:
-            differences = ", ".join(_differences(old, resolved)[:5])
+        old = _upgrade_stored(old)
+        added = _added_keys(old, resolved)
+        if _without(resolved, added) != old:
+            differences = ", ".join(_differences(old, _without(resolved, added))[:5])
             raise ExperimentError(
                 f"{folder} holds a different experiment (it differs in {differences}); "
                 "pick another --out folder, or remove this one to start again"
+            )
+        if added:
+            # Keys this release added, at the values the file gives them (their defaults, since the
+            # stored experiment could not name them): the same experiment, written by an older release.
+            names = sorted({".".join(key[3:] if key[0] == "arms" else key) for key in added})
+            log.warning(
+                "%s was written by an earlier release; settings added since, at their defaults: %s",
+                stored,
+                ", ".join(names[:12]) + (" ..." if len(names) > 12 else ""),
             )
         return
     if folder.exists() and any(folder.iterdir()):
         raise ExperimentError(f"{folder} is not empty and holds no experiment; pick another --out folder")
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(stored, resolved)
+
+
+def _upgrade_stored(old: dict) -> dict:
+    """A stored experiment with the configuration keys and values renamed since under today's names."""
+    from spade_rl.configdata import upgrade_renamed
+    from spade_rl.loop.config import RENAMED_KEYS, RENAMED_VALUES
+
+    arms = old.get("arms")
+    if not isinstance(arms, dict):
+        return old
+    upgraded = {}
+    for arm, seeds in arms.items():
+        if not isinstance(seeds, dict):
+            return old
+        upgraded[arm] = {}
+        for seed, config in seeds.items():
+            if not isinstance(config, dict):
+                return old
+            try:
+                upgraded[arm][seed], _ = upgrade_renamed(config, RENAMED_KEYS, RENAMED_VALUES)
+            except Exception:  # noqa: BLE001 - a malformed stored file is compared as it is (and differs)
+                return old
+    return {**old, "arms": upgraded}
+
+
+def _added_keys(old: object, new: object, where: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Paths of keys of tables in ``new`` that the same tables of ``old`` do not have."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return []
+    found = []
+    for key, value in new.items():
+        path = (*where, key)
+        if key not in old:
+            found.append(path)
+        else:
+            found += _added_keys(old[key], value, path)
+    return found
+
+
+def _without(data: dict, keys: list[tuple[str, ...]]) -> dict:
+    """``data`` without the keys at ``keys`` (paths; a deep copy)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for key in keys:
+        *parents, last = key
+        table = data
+        for part in parents:
+            table = table[part]
+        del table[last]
+    return data
 
 
 def _differences(old: object, new: object, where: str = "") -> list[str]:
@@ -178,13 +240,17 @@ def _run_arm(experiment: Experiment, arm: Arm, seed: int, folder: Path, say: Pro
 
 
 def _evaluate_start(config: RunConfig, experiment: Experiment):
-    """The starting model evaluated on its own (when the arm that needs it has already trained)."""
+    """The starting model evaluated on its own (when the arm that needs it has already trained): the
+    policy as the run builds it before its first iteration, warm-up included (from its cache)."""
+    from spade_rl.corpus import Corpus
     from spade_rl.loop.run import evaluate_policy
+    from spade_rl.loop.warmup import warm_up
     from spade_rl.policy import make_policy
     from spade_rl.sandbox import Sandbox
 
     policy = make_policy(config.policy)
     try:
+        warm_up(policy, config.warmup, config.design, Corpus.from_config(config.corpus))
         with Sandbox(config.sandbox) as sandbox:
             return evaluate_policy(
                 policy,
