@@ -475,6 +475,9 @@ def serve(entries: list[EnvEntry], config: ServeConfig) -> None:
         host=config.host,
         port=config.port,
         ws_max_size=MAX_BODY_BYTES,
+        # Connections beyond this are answered 503 by uvicorn itself: sessions are bounded by
+        # max_sessions, and this bounds the requests and refused connections around them.
+        limit_concurrency=config.max_sessions * 4 + 32,
         timeout_graceful_shutdown=5,
         log_level="info",
     )

@@ -35,10 +35,15 @@ async def serve_socket(server: EnvServer, websocket: WebSocket) -> None:
         session = server.open(server.entry(websocket.path_params.get("name")), "ws")
     except m.Refused as exc:
         refusal = exc
+    # A session may be idle up to the idle limit (then the reaper closes it); a connection that holds no
+    # session (refused) waits a few seconds for the message its error answers, so that refused
+    # connections cannot pile up.
+    idle = server.config.idle_timeout_s
+    wait_s = idle * 2 if refusal is None else min(idle, 10.0)
     try:
         while True:
             try:
-                raw = await asyncio.wait_for(_receive(websocket), timeout=server.config.idle_timeout_s * 2)
+                raw = await asyncio.wait_for(_receive(websocket), timeout=wait_s)
             except TimeoutError:
                 break  # a connection with no message for twice the idle limit is dropped
             if raw is None:
