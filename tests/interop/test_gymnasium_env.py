@@ -262,6 +262,8 @@ def test_a_failed_reset_returns_the_error_and_the_next_step_ends_the_episode(tmp
     assert info["error_reason"] == reason and obs.startswith(f"[the environment failed: {reason}]")
     obs, reward, terminated, truncated, info = env.step("anything")
     assert (reward, terminated, truncated, info["error_reason"]) == (0.0, False, True, reason)
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step("anything")
     env.close()
 
 

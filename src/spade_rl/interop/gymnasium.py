@@ -133,6 +133,7 @@ class SpadeEnv(gymnasium.Env[str, str]):
         self._sandbox: Sandbox | None = None
         self._episode: SandboxedEpisode | None = None
         self._last_observation = ""
+        self._failed_reset: Outcome | None = None  # a reset that failed, until the step that ends it
 
     @property
     def hint(self) -> str:
@@ -150,6 +151,7 @@ class SpadeEnv(gymnasium.Env[str, str]):
         played = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
         outcome = self._episode_driver().reset(played)
         self._last_observation = outcome.observation
+        self._failed_reset = outcome if outcome.failed else None
         return outcome.observation, {**outcome.info, "seed": played}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
@@ -163,12 +165,10 @@ class SpadeEnv(gymnasium.Env[str, str]):
         episode = self._episode
         if episode is None or not episode.started:
             raise RuntimeError("step() before reset(): call reset() first")
+        if self._failed_reset is not None:  # this step ends the episode that could not start
+            failed, self._failed_reset = self._failed_reset, None
+            return self._answer(failed)
         if episode.done:
-            last = episode.last
-            if last is not None and last.failed and episode.turns == 0:
-                # The reset failed: this step ends the episode that could not start.
-                episode.turns = 1
-                return self._answer(last)
             raise RuntimeError("the episode is over: call reset() to start another")
         return self._answer(episode.step(action))
 
