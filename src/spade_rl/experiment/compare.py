@@ -12,6 +12,12 @@ arm (the fixed-pool arm, same seed). A difference whose p-value is not below 0.0
 evaluation (``[eval] samples`` > 1) adds each row's pass@k and mean accuracy over samples (shown, not
 tested).
 
+Beside the win rate, every row has the mean return (the suite's partial credit) with a 95% bootstrap
+interval and its paired sign-flip tests against the same two references
+(:mod:`spade_rl.experiment.paired`). With several seeds, "pooled" rows average each item over an arm's
+seeds and test the arm once against the base model and the baseline; a per-category table (each held-out
+environment or task family) shows where a difference comes from.
+
 The training summary reads each run's ``metrics.jsonl``: iterations, seconds, designs proposed and
 valid, and the agent's win rate, the fraction of played environments on the frontier and
 the regret, as means over the first and the last third of the iterations.
@@ -24,6 +30,7 @@ import math
 from pathlib import Path
 
 from spade_rl.evaluate.results import ALPHA, EvalResult, compare
+from spade_rl.experiment import paired
 from spade_rl.experiment.runner import RunRecord
 from spade_rl.experiment.spec import Experiment
 from spade_rl.loop.stages import upgrade_metrics
@@ -50,20 +57,31 @@ def build_comparison(experiment: Experiment, records: list[RunRecord]) -> dict:
             arms = sorted(
                 {r.arm for r in records if r.start_path == path}, key=[a.name for a in experiment.arms].index
             )
-            base_rows.append({"start": path.name, "arms": arms, **_score(result)})
+            base_rows.append(
+                {"start": path.name, "arms": arms, **_score(result), "mean_return": _returns(result)}
+            )
         rows = []
         for record in records:
             end = read(record.end_path)
             row = {"arm": record.arm, "seed": record.seed, **_score(end.suites.get(suite))}
-            row["vs_base"] = _difference(read(record.start_path), end, suite)
+            row["mean_return"] = _returns(end.suites.get(suite))
+            start = read(record.start_path)
+            row["vs_base"] = _difference(start, end, suite)
+            row["vs_base_return"] = _return_difference(start, end, suite)
             other = baseline.get(record.seed)
-            row["vs_baseline"] = (
-                _difference(read(other.end_path), end, suite)
-                if other is not None and other is not record
-                else None
+            against = other is not None and other is not record
+            row["vs_baseline"] = _difference(read(other.end_path), end, suite) if against else None
+            row["vs_baseline_return"] = (
+                _return_difference(read(other.end_path), end, suite) if against else None
             )
             rows.append(row)
-        suites[suite] = {"base": base_rows, "rows": rows, "means": _means(rows, experiment)}
+        suites[suite] = {
+            "base": base_rows,
+            "rows": rows,
+            "means": _means(rows, experiment),
+            "pooled": _pooled(suite, records, read, experiment),
+            "categories": _categories(suite, records, read, experiment),
+        }
     return {
         "format": FORMAT,
         "name": experiment.name,
@@ -116,6 +134,96 @@ def _difference(a: EvalResult, b: EvalResult, suite: str) -> dict | None:
         "flag": flag,
         "note": row.note,
     }
+
+
+def _items(result: EvalResult | None, suite: str) -> list:
+    found = None if result is None else result.suites.get(suite)
+    return [] if found is None else found.items
+
+
+def _returns(suite_result) -> dict:
+    """Mean return (the suite's partial credit) of a result's items with its 95% bootstrap interval."""
+    if suite_result is None:
+        return paired.summary({})
+    return paired.summary(paired.by_item(suite_result.items))
+
+
+def _return_difference(a: EvalResult, b: EvalResult, suite: str) -> dict:
+    return paired.paired(paired.by_item(_items(a, suite)), paired.by_item(_items(b, suite)), ALPHA)
+
+
+def _pooled(suite: str, records: list[RunRecord], read, experiment: Experiment) -> list[dict]:
+    """Per arm, every item averaged over the arm's seeds: win rate and mean return with intervals, and
+    paired sign-flip tests against the base model and the baseline arm (pooled the same way)."""
+    if len(experiment.seeds) < 2:
+        return []
+    by_arm: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_arm.setdefault(record.arm, []).append(record)
+    pools = {
+        arm: {
+            value: paired.pooled([_items(read(r.end_path), suite) for r in runs], value)
+            for value in ("correct", "score")
+        }
+        for arm, runs in by_arm.items()
+    }
+    out = []
+    for arm, runs in by_arm.items():
+        start = _items(read(runs[0].start_path), suite)
+        row = {"arm": arm, "seeds": [r.seed for r in runs]}
+        for value, name in (("correct", "win"), ("score", "return")):
+            row[name] = paired.summary(pools[arm][value])
+            row[f"{name}_vs_base"] = paired.paired(paired.by_item(start, value), pools[arm][value], ALPHA)
+            base = pools.get(experiment.baseline)
+            row[f"{name}_vs_baseline"] = (
+                paired.paired(base[value], pools[arm][value], ALPHA)
+                if base is not None and arm != experiment.baseline
+                else None
+            )
+        out.append(row)
+    return out
+
+
+def _categories(suite: str, records: list[RunRecord], read, experiment: Experiment) -> list[dict]:
+    """Per category (an environment, a task family): the base model's and each arm's win rate and mean
+    return, the arm's pooled over its seeds."""
+    starts = {r.start_path for r in records}
+    names: list[str] = []
+    for path in [*starts, *(r.end_path for r in records)]:
+        for item in _items(read(path), suite):
+            category = item.detail.get("category")
+            if isinstance(category, str) and category not in names:
+                names.append(category)
+    if not names:
+        return []
+    first = records[0]
+    out = []
+    for category in names:
+
+        def of(items, category=category):
+            return [i for i in items if i.detail.get("category") == category]
+
+        base_items = of(_items(read(first.start_path), suite))
+        row = {
+            "category": category,
+            "base": {
+                "win": paired.mean([1.0 if i.correct else 0.0 for i in base_items]),
+                "return": paired.mean([i.score for i in base_items]),
+                "n": len(base_items),
+            },
+            "arms": {},
+        }
+        for arm in dict.fromkeys(r.arm for r in records):
+            runs = [of(_items(read(r.end_path), suite)) for r in records if r.arm == arm]
+            wins = paired.pooled(runs, "correct")
+            scores = paired.pooled(runs, "score")
+            row["arms"][arm] = {
+                "win": paired.mean(list(wins.values())),
+                "return": paired.mean(list(scores.values())),
+                "n": len(scores),
+            }
+        out.append(row)
+    return out
 
 
 def _means(rows: list[dict], experiment: Experiment) -> list[dict]:
@@ -197,13 +305,17 @@ def to_markdown(comparison: dict) -> str:
         "",
         "Scores are the percentage of items fully right, with a 95% Wilson interval. Differences are in "
         "percentage points, tested on the paired items (McNemar's exact test; two-proportion z-test when "
-        f"the items differ); 'noise' means p >= {comparison['alpha']}.",
+        f"the items differ); 'noise' means p >= {comparison['alpha']}. Mean returns (partial credit) have "
+        "95% bootstrap intervals; their differences are tested with the paired sign-flip test.",
     ]
     for suite, table in comparison["suites"].items():
         out += ["", f"## {suite}", ""]
         header = ["arm", "seed", "score %", "95% CI", "n", "vs base (pp)"]
         if baseline:
             header.append(f"vs {baseline} (pp)")
+        header += ["mean return [95% CI]", "vs base (return)"]
+        if baseline:
+            header.append(f"vs {baseline} (return)")
         sampled = any("pass_at_k" in r for r in table["base"] + table["rows"])
         if sampled:
             header += ["sample accuracy %", "pass@k %"]
@@ -213,12 +325,16 @@ def to_markdown(comparison: dict) -> str:
             label = "base model" + (f" ({', '.join(base['arms'])})" if several else "")
             cells = [label, "-", _pct(base["accuracy"]), _ci(base["ci"]), str(base["n"]), ""]
             cells += [""] if baseline else []
+            cells += [_ret(base.get("mean_return")), ""] + ([""] if baseline else [])
             out.append("| " + " | ".join(cells + (_pass_cells(base) if sampled else [])) + " |")
         for row in table["rows"]:
             cells = [row["arm"], str(row["seed"]), _pct(row["accuracy"]), _ci(row["ci"]), str(row["n"])]
             cells.append(_diff(row["vs_base"]))
             if baseline:
                 cells.append("" if row["arm"] == baseline else _diff(row["vs_baseline"]))
+            cells += [_ret(row.get("mean_return")), _pdiff(row.get("vs_base_return"))]
+            if baseline:
+                cells.append("" if row["arm"] == baseline else _pdiff(row.get("vs_baseline_return")))
             out.append("| " + " | ".join(cells + (_pass_cells(row) if sampled else [])) + " |")
         if table["means"]:
             out += [
@@ -229,6 +345,8 @@ def to_markdown(comparison: dict) -> str:
                     for m in table["means"]
                 ),
             ]
+        out += _pooled_markdown(table.get("pooled") or [], baseline)
+        out += _categories_markdown(table.get("categories") or [])
     out += ["", "## Training", ""]
     header = ["arm", "seed", "iterations", "training s", "designs valid/proposed", "updates"]
     header += ["agent win rate (first → last third)", "frontier fraction", "regret"]
@@ -246,6 +364,75 @@ def to_markdown(comparison: dict) -> str:
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "![training curves](curves.png)", ""]
     return "\n".join(out)
+
+
+def _pooled_markdown(pooled: list[dict], baseline: str) -> list[str]:
+    if not pooled:
+        return []
+    header = ["arm", "seeds", "win %", "95% CI", "vs base (pp)"]
+    header += [f"vs {baseline} (pp)"] if baseline else []
+    header += ["mean return [95% CI]", "vs base (return)"]
+    header += [f"vs {baseline} (return)"] if baseline else []
+    out = [
+        "",
+        "Pooled over seeds (each item averaged over the arm's seeds; intervals: bootstrap over items; "
+        "tests: paired sign-flip on the items):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in pooled:
+        win = row["win"]
+        cells = [row["arm"], ", ".join(map(str, row["seeds"])), _pct(win["mean"]), _ci(win["ci"])]
+        cells.append(_pdiff(row["win_vs_base"], scale=100))
+        if baseline:
+            cells.append("" if row["arm"] == baseline else _pdiff(row["win_vs_baseline"], scale=100))
+        cells += [_ret(row["return"]), _pdiff(row["return_vs_base"])]
+        if baseline:
+            cells.append("" if row["arm"] == baseline else _pdiff(row["return_vs_baseline"]))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _categories_markdown(categories: list[dict]) -> list[str]:
+    if not categories:
+        return []
+    arms = list(categories[0]["arms"])
+    header = ["category", "n", "base model", *arms]
+    out = [
+        "",
+        "Per category, win % / mean return (arms pooled over their seeds):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in categories:
+        cells = [row["category"], str(row["base"]["n"]), _win_return(row["base"])]
+        cells += [_win_return(row["arms"].get(arm) or {}) for arm in arms]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _win_return(score: dict) -> str:
+    return f"{_pct(score.get('win'))} / {_num(score.get('return'))}"
+
+
+def _ret(summary: dict | None) -> str:
+    if not summary or summary.get("mean") is None:
+        return "-"
+    return f"{summary['mean']:.3f} {_ci3(summary['ci'])}"
+
+
+def _ci3(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _pdiff(d: dict | None, scale: float = 1.0) -> str:
+    """A sign-flip difference: ``+0.042 (p 0.31, noise)``; in points when ``scale`` is 100."""
+    if d is None or d.get("diff") is None:
+        return "-"
+    text = f"{scale * d['diff']:+.1f}" if scale != 1.0 else f"{d['diff']:+.3f}"
+    return f"{text} (p {d['p_value']:.2g}, {d['flag']})"
 
 
 def _pass_cells(score: dict) -> list[str]:
