@@ -122,3 +122,24 @@ def test_comparison_reports_returns_pooled_seeds_and_categories(tmp_path):
     markdown = to_markdown(build_comparison(spec, records))
     assert "| b | 0, 1 | 62.5 |" in markdown and "+0.438 (p 0.25, noise)" in markdown
     assert "| x | 2 | 0.0 / 0.25 | 0.0 / 0.25 | 75.0 / 0.88 |" in markdown
+
+
+def test_figure_draws_held_out_curves_from_the_evaluation_files_against_training_seconds(tmp_path):
+    from spade_rl.experiment.figure import _held_out, plot_curves
+
+    start = tmp_path / "start.json"
+    result([0.0, 0.5, 1.0, 0.0], "base").write(start)
+    run_dir = tmp_path / "run"
+    (run_dir / "eval").mkdir(parents=True)
+    lines = [{"iteration": i, "time/iteration_s": 10.0, "agent/win_rate": 0.1 * i} for i in (1, 2, 3, 4)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result([1.0, 0.5, 1.0, 0.0], "it2").write(run_dir / "eval" / "iter-0002.json")
+    (run_dir / "eval" / "iter-0004.json").write_text("{broken")  # a gap, not a failure
+    result([1.0, 1.0, 1.0, 0.5], "end").write(run_dir / "end.json")
+    record = RunRecord("b", 0, run_dir, 4, 40.0, "iterations", start, run_dir / "end.json")
+    points = _held_out(record, lines)["envs"]
+    assert [seconds for seconds, _ in points] == [0.0, 20.0, 40.0]
+    assert [p["win"] for _, p in points] == [0.25, 0.5, 0.75]
+    assert [p["return"] for _, p in points] == [0.375, 0.625, 0.875]
+    figure = plot_curves([record], tmp_path / "curves.png")
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,9 +4,13 @@
 
 One panel per metric of the runs' ``metrics.jsonl`` (agent win rate without and with the hint, the
 fraction of played environments on the frontier, regret, designer valid rate, training
-loss, and every in-loop evaluation ``eval/<suite>/accuracy`` that is present), the iteration on the
-x axis, one colour per arm and one line style per seed. A metric an arm never records (the designer's
-valid rate of the fixed-pool arm) is simply absent from its panel.
+loss), the iteration on the x axis, one colour per arm and one line style per seed. A metric an arm
+never records (the designer's valid rate of the fixed-pool arm) is simply absent from its panel.
+
+Then two panels per held-out suite, its win rate and its mean return, read from the evaluation files
+themselves: the start (shared), every in-loop evaluation (``RUN_DIR/eval/iter-NNNN.json``) and the end,
+against the seconds of training spent (evaluations not counted): arms that run iterations at different
+speeds (the fixed pool designs nothing) meet on the same budget axis.
 """
 
 from __future__ import annotations
@@ -39,6 +43,37 @@ def _series(lines: list[dict], key: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def _held_out(record: RunRecord, lines: list[dict]) -> dict[str, list[tuple[float, dict]]]:
+    """Suite -> [(seconds of training, {"win", "return"})] from the start, in-loop and end evaluations."""
+    from spade_rl.evaluate.results import EvalResult
+
+    spent, total = {}, 0.0
+    for line in lines:
+        total += line.get("time/iteration_s") or 0.0
+        spent[line.get("iteration")] = total
+    files = [(0.0, record.start_path)]
+    for path in sorted((record.run_dir / "eval").glob("iter-*.json")):
+        try:
+            iteration = int(path.stem.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if iteration in spent:
+            files.append((spent[iteration], path))
+    files.append((record.train_seconds, record.end_path))
+    points: dict[str, list[tuple[float, dict]]] = {}
+    for seconds, path in files:
+        try:
+            result = EvalResult.read(path)
+        except (OSError, ValueError):  # a missing or unreadable evaluation leaves a gap, not a failure
+            continue
+        for name, suite in result.suites.items():
+            if suite.n:
+                win = sum(1 for i in suite.items if i.correct) / suite.n
+                mean_return = sum(i.score for i in suite.items) / suite.n
+                points.setdefault(name, []).append((seconds, {"win": win, "return": mean_return}))
+    return points
+
+
 def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
     """Draw the curves of ``records`` into ``path`` (PNG); raises ``ImportError`` without matplotlib."""
     import matplotlib
@@ -54,16 +89,14 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
         runs.append(
             (record, [upgrade_metrics(json.loads(line)) for line in text.splitlines() if line.strip()])
         )
-    eval_keys = sorted(
-        {
-            k
-            for _, lines in runs
-            for line in lines
-            for k in line
-            if k.startswith("eval/") and k.endswith("/accuracy")
-        }
-    )
-    panels = [*PANELS, *((key, "held-out " + key[len("eval/") : -len("/accuracy")]) for key in eval_keys)]
+    held_out = {id(record): _held_out(record, lines) for record, lines in runs}
+    suites = sorted({suite for points in held_out.values() for suite in points})
+    eval_panels = [
+        (f"held-out:{suite}:{value}", f"held-out {suite}: {label}")
+        for suite in suites
+        for value, label in (("win", "win rate"), ("return", "mean return"))
+    ]
+    panels = [*PANELS, *eval_panels]
     columns = 3
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
@@ -73,7 +106,12 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
     for ax, (key, label) in zip(axes.flat, panels, strict=False):
         drawn = 0
         for record, lines in runs:
-            xs, ys = _series(lines, key)
+            if key.startswith("held-out:"):
+                _, suite, value = key.split(":")
+                points = held_out[id(record)].get(suite, [])
+                xs, ys = [p[0] for p in points], [p[1][value] for p in points]
+            else:
+                xs, ys = _series(lines, key)
             if not xs:
                 continue
             drawn += 1
@@ -89,8 +127,11 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
         if not drawn:
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="grey")
         ax.set_title(label, fontsize=10)
-        ax.set_xlabel("iteration", fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if key.startswith("held-out:"):
+            ax.set_xlabel("seconds of training", fontsize=8)
+        else:
+            ax.set_xlabel("iteration", fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
