@@ -160,6 +160,10 @@ def test_large_pools_are_sampled_by_seed(tmp_path):
         ({"episodes": "0"}, "at least 1"),
         ({"max_new_tokens": 5000}, "smaller than"),
         ({"call_timeout_s": "-1"}, "call_timeout_s"),
+        ({"env_kwargs": {"chess": {}}}, r"env_kwargs.chess: unknown reference environment"),
+        ({"env_kwargs": {"guess": 20}}, r"env_kwargs.guess must be a table"),
+        ({"env_kwargs": "{not json"}, "not JSON"),
+        ({"env_kwargs": [1]}, "must be a table of name"),
     ],
 )
 def test_bad_options_say_what_is_wrong(options, message):
@@ -179,3 +183,30 @@ def test_bad_sources_say_what_is_wrong(tmp_path):
     (tmp_path / "not.sqlite").write_text("hello")
     with pytest.raises(ValueError, match="not a spade-rl archive"):
         load_environments(str(tmp_path / "not.sqlite"))
+
+
+def test_held_out_games_are_played_by_name_only():
+    default = [env.label for env in EnvsSuite().environments()]
+    assert default == list(reference.NAMES) and not set(default) & set(reference.HELD_OUT)
+    named = EnvsSuite(envs=("nim", "guess", "compare")).environments()
+    assert [env.label for env in named] == ["guess", "nim", "compare"]  # the registry's order
+
+
+def test_reference_games_play_at_the_sizes_env_kwargs_gives(pool, tokenizer):
+    """guess at high = 4: the solution of the small game wins there; the suite's version tells the sizes
+    apart (results at other sizes are not compared)."""
+    small = EnvsSuite(envs=("guess",), env_kwargs='{"guess": {"high": 4}}', batch_episodes=1, max_turns=3)
+    assert small.environments()[0].env_kwargs == {"high": 4}
+    script = []
+    for seed in (0, 1):
+        handle = pool.open(reference.source("guess"), {"high": 4}).value
+        try:
+            assert handle.reset(seed).ok
+            script += handle.solution().value
+        finally:
+            handle.close()
+    result = small.run(FakePolicy(script, tokenizer=tokenizer), _ctx(pool))
+    assert result.accuracy == 1.0 and result.config["env_kwargs"] == {"guess": {"high": 4}}
+    assert small.version() != EnvsSuite(envs=("guess",)).version()
+    with pytest.raises(ValueError, match="reference environments only"):
+        EnvsSuite(source="/tmp", env_kwargs={"guess": {"high": 4}})
