@@ -263,6 +263,118 @@ def test_design_phase_writes_tool_kit_designs(pool, tmp_path):
 def test_tool_kit_form_is_refused_where_it_cannot_work():
     with pytest.raises(ValueError, match="setting = 'tool_use'"):
         DesignPhaseConfig(form="tool_kit")
-    with pytest.raises(ValueError, match="forces its answer"):
-        DesignPhaseConfig(form="tool_kit", setting="tool_use", thinking="on")
     assert DesignPhaseConfig(form="tool_kit", setting="tool_use").skill_list[0] == "retail"
+
+
+@pytest.mark.slow
+def test_tiny_model_designs_in_the_tool_kit_form_with_every_extra_and_plays_a_kit_env(tokenizer, tmp_path):
+    """End to end with a real (tiny, random) model and the real sandbox: the design phase in the tool_kit
+    form with the reset gate, one repair round and the LLM validator on, then the tiny model plays a kit
+    environment through the rollout engine. A random model writes no valid design: every try is archived
+    with a known reason, the repair is asked, and the episodes end cleanly."""
+    from spade_rl.design.llm_validator import LLMValidatorSettings
+    from spade_rl.design.validate import REASONS
+    from spade_rl.policy import TransformersPolicy, tiny_random_model
+    from spade_rl.rollout import STOP_REASONS, EpisodeSpec, RolloutConfig, run_episodes
+
+    model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    policy = TransformersPolicy(model, tokenizer)
+    validation = ValidationSettings(
+        max_turns=4, reset_gate_seeds=3, repair_rounds=1, llm_validator=LLMValidatorSettings(enabled=True)
+    )
+    config = DesignPhaseConfig(
+        n=2, setting="tool_use", form="tool_kit", validation=validation, max_new_tokens=24, grounding=False
+    )
+    try:
+        with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=2.0, load_timeout_s=4.0)) as sandbox:
+            with Archive(tmp_path / "archive.sqlite") as archive:
+                designs = design_environments(
+                    policy, Corpus.from_config(), archive, sandbox, config, random.Random(0), 1
+                )
+                records = [archive.get(env_id) for env_id in archive.ids()]
+            assert len(designs) >= 2 and all(d.reason in REASONS or d.reason == "truncated" for d in designs)
+            assert len(records) >= 2 and any(r.metadata.get("repair") == 1 for r in records)
+            source = kits.compose("tool_use", kits.TOOL_EXAMPLES["banking"])
+            specs = [
+                EpisodeSpec(source, seed=s, setting="tool_use", env_kwargs={"max_turns": 2}) for s in (0, 1)
+            ]
+            rollout = RolloutConfig(max_turns=2, max_new_tokens=16, max_context_tokens=2048)
+            episodes = run_episodes(policy, sandbox, specs, rollout, seed=0)
+        for episode in episodes:
+            assert episode.stop_reason in STOP_REASONS and episode.stop_reason != "env_error", episode.error
+            assert 0.0 <= episode.return_ <= 1.0
+            assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) and any(episode.mask)
+    finally:
+        policy.close()
+
+
+def test_a_stepped_task_may_say_done_in_its_hint_and_a_question_may_not_name_its_answer(pool):
+    files = kits.compose("tool_use", kits.TOOL_EXAMPLES["files"])
+    report = validate_source(pool, files, SETTINGS, hint="Finish every step before you say done.")
+    assert report.valid, report  # "done" is the answer of every seed, and the task states it
+    fixed = FLIGHTS.replace("self.flights[cheapest]", "'cheap'")
+    leaky = validate_source(pool, composed(fixed), SETTINGS, hint="Say cheap.")
+    assert leaky.reason == "hint_leaks_answer", leaky  # one answer at every seed, but the task never says it
+
+
+def test_the_llm_validator_audits_tool_kit_designs_by_their_own_code(pool, tmp_path):
+    tokenizer = default_tokenizer()
+    asked = []
+
+    def answer(chat):
+        asked.append(chat)
+        if "You audit generated Python tool-use" in chat[0]["content"]:
+            return "Every value is reachable. \\boxed{yes}"
+        return FLIGHTS.strip().removeprefix("class ") + "\n```"
+
+    from spade_rl.design.llm_validator import LLMValidatorSettings
+
+    validation = ValidationSettings(max_turns=6, call_timeout_s=2.0, llm_validator=LLMValidatorSettings(True))
+    config = DesignPhaseConfig(
+        n=1, setting="tool_use", form="tool_kit", validation=validation, max_new_tokens=1500
+    )
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        [design] = design_environments(
+            FakePolicy(answer, tokenizer=tokenizer),
+            Corpus.from_config(),
+            archive,
+            pool,
+            config,
+            random.Random(0),
+            1,
+        )
+        assert design.valid and design.report.checks[-1] == "llm_validator"
+        assert archive.get(design.env_id).metadata["llm_validator"].endswith("\\boxed{yes}")
+    shown = asked[-1][1]["content"]
+    assert "class CheapestFlightEnv(ToolUseBaseEnv)" in shown and "class ToolUseTask" not in shown
+
+
+def test_a_run_configuration_in_the_tool_kit_form():
+    from spade_rl.loop.config import load_config
+
+    overrides = ["design.form='tool_kit'", "design.setting='tool_use'", "warmup.designs=0"]
+    config = load_config(None, overrides)
+    assert (config.design.form, config.design_phase.skill_list[0]) == ("tool_kit", "retail")
+    from spade_rl.configdata import ConfigError
+
+    with pytest.raises(ConfigError, match=r"warmup\.designs"):
+        load_config(None, overrides[:2])
+
+
+def test_with_thinking_on_the_designer_thinks_then_writes_its_block(pool, thinking_tokenizer, tmp_path):
+    """The reference's Qwen3-8B runs think in both roles: no forced opening then, and the parser takes the
+    block that holds the class, after the thinking (whose sketch it never reads)."""
+    thought = "<think>\nA sketch:\n```python\nclass SketchEnv(ToolUseTask):\n    pass\n```\n</think>\n\n"
+    text = thought + "Here it is.\n" + answer(FLIGHTS) + "\nThat is all."
+    policy = FakePolicy([text], tokenizer=thinking_tokenizer)
+    config = DesignPhaseConfig(
+        n=1, setting="tool_use", form="tool_kit", thinking="on", validation=SETTINGS, max_new_tokens=4000
+    )
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        [design] = design_environments(
+            policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1
+        )
+        assert design.valid, design.reason
+        assert kits.design_part(archive.get(design.env_id).source, "tool_use") == FLIGHTS.strip()
+    prompt, settings = policy.calls[0]
+    assert settings.stop == () and prompt[0][0]["role"] == "system"  # asked with the chat: nothing forced

@@ -251,3 +251,15 @@ def test_extras_are_run_configuration_keys():
 def test_bad_extras_are_refused_with_what_is_allowed(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+def test_a_repaired_slot_is_not_retried(tmp_path, pool):
+    broken = designer_output(PARITY.replace("def step(self, action):", "def step(self, action:"))
+    policy, asked = scripted([broken, designer_output(PARITY)])
+    validation = ValidationSettings(**{**GAMES.__dict__, "repair_rounds": 1})
+    config = DesignPhaseConfig(n=1, invalid="retry", validation=validation)
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        designs = design_environments(
+            policy, Corpus.from_config(), archive, pool, config, random.Random(0), 1
+        )
+    assert [d.valid for d in designs] == [False, True] and len(asked) == 2  # no retry: the repair is valid

@@ -1,5 +1,5 @@
 """The LLM validator: a model reads a design that passed the validation battery and says whether it can
-be won, as the SPADE reference's environment validator does (spare/core/env_validator.py).
+be won, as the SPADE reference's environment validator does (spade/core/env_validator.py).
 
     chat = validator_chat(source, "tool_use")            # ask the policy with this chat, then
     verdict = parse_verdict(generation.text)             # Verdict(accepted=False, reason="...")

@@ -215,7 +215,9 @@ def _parse_kit_design(text: str, kit: str, truncated: bool, need_hint: bool, rul
     if not blocks:
         reason = "truncated" if truncated else "no_code_block"
         return Parsed(reason, message="no fenced ```python code block was found")
-    code, closed = blocks[0]
+    # The forced opening's block, or (an answer written freely, after thinking) the first that holds a class
+    # whose name ends in Env.
+    code, closed = next(((c, done) for c, done in blocks if _mentions_env_class(c)), blocks[0])
     if not closed and truncated:
         return Parsed("truncated", message="the output ended inside the code block (token limit)")
     try:

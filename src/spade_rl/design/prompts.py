@@ -206,7 +206,7 @@ def question_designer_chat(
 
 
 # --- the "tool_kit" form: a design is a ToolUseTask subclass (spade_rl.envs.kits, kit "tool_use") -------
-# In the spirit of the reference's designer prompt for tool use (spare/core/prompts/tool_use_template.py,
+# In the spirit of the reference's designer prompt for tool use (spade/core/prompts/tool_use_template.py,
 # generate_tool_use_prompt_multiturn): the kit does the parsing and dispatch, the design writes the tools,
 # the data and the task; one domain and one task type are drawn per design.
 TOOL_KIT_PREFIX = QUESTION_PREFIX  # the answer opens the class; the rest is the designer's own
@@ -294,7 +294,7 @@ def tool_kit_designer_chat(
 # --- the repair loop: an invalid design sent back with what failed (design.validation.repair_rounds) -----
 def repair_chat(chat: list[dict], answer: str, message: str, form: str = "module") -> list[dict]:
     """``chat`` and the designer's ``answer``, followed by the failure ``message`` and the request for a
-    corrected design in the same form (the reference's _repair_prompt, spare/core/orchestrator.py)."""
+    corrected design in the same form (the reference's _repair_prompt, spade/core/orchestrator.py)."""
     what = "the complete corrected module" if form == "module" else "the complete corrected class"
     request = (
         f"Your design failed validation: {' '.join(message.split())[:600]}\n\n"

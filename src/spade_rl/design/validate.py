@@ -34,7 +34,9 @@ Checks, in order (the first failure decides the verdict):
 - ``instance_dependent``: a second instance created in the same worker, played interleaved with the
   first as training plays several episodes in one worker, gives the same transcripts (catches class
   attributes and module globals shared between instances, and code honest only for the first one);
-- ``hint_leaks_answer``: the hint, when given, does not contain the final answer of any seed played;
+- ``hint_leaks_answer``: the hint, when given, does not contain the final answer of any seed played
+  (unless it is one answer at every seed that every first observation states: the tool kit's "done"
+  of a stepped task is no secret);
 - ``trivial_policy_wins``: no policy of a fixed set of trivial ones (one short action repeated;
   answers drawn at random from the numbers and words of the first observation, in the format it
   asks for) wins more than ``max_trivial_win_rate`` of ``trivial_seeds`` seeds (15% by default, as
@@ -62,7 +64,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from spade_rl.design.answers import leaked_answer, trivial_actions
+from spade_rl.design.answers import final_answer, leaked_answer, trivial_actions
 from spade_rl.design.llm_validator import LLMValidatorSettings
 from spade_rl.envs.contract import (
     ContractViolation,
@@ -120,9 +122,9 @@ class ValidationSettings:
     total_timeout_s: float = 20.0
     check_determinism: bool = True
     judge: Judge | None = None
-    # The reference's validation extras (spare/core/orchestrator.py), each off by default:
+    # The reference's validation extras (spade/core/orchestrator.py), each off by default:
     # reset gate: seeds reset beyond ``seeds`` (the reference resets 3: criteria_throw_at_reset in
-    # spare/core/envs/synthetic_game_env.py, under SPADE_RESET_GATE=1 in cmd/tool_use); 0: no gate.
+    # spade/core/envs/synthetic_game_env.py, under SPADE_RESET_GATE=1 in cmd/tool_use); 0: no gate.
     reset_gate_seeds: int = 0
     # repair loop: rounds an invalid design is sent back to its designer with the failure's message
     # (the reference's env_repair_turns, default 0; spade_rl.design.repair); the design phase runs it.
@@ -410,8 +412,12 @@ class _Battery:
 
         if self.hint:
             t = time.perf_counter()
+            # One answer at every seed that the task itself states is no secret (a tool kit's "done").
+            public = len({final_answer(solutions[seed][-1]) for seed in seeds}) == 1 and all(
+                leaked_answer(transcripts[seed][0][0], solutions[seed][-1]) for seed in seeds
+            )
             for seed in seeds:
-                leaked = leaked_answer(self.hint, solutions[seed][-1])
+                leaked = "" if public else leaked_answer(self.hint, solutions[seed][-1])
                 if leaked:
                     raise _Failed(
                         "hint_leaks_answer", f"the hint contains the final answer {leaked!r} of seed {seed}"

@@ -139,11 +139,6 @@ class DesignPhaseConfig:
                 f"design hint_temperature must be None (design.temperature) or a number in [0, 5], "
                 f"got {self.hint_temperature!r}"
             )
-        if self.form == "tool_kit" and self.thinking == "on":
-            raise ValueError(
-                "design.thinking = 'on' lets the designer think first, but form 'tool_kit' forces its answer "
-                "to open with the code: use form = 'module', or thinking = 'off' or 'template'"
-            )
         if self.form == "tool_kit" and self.setting != "tool_use":
             raise ValueError(
                 f"design form 'tool_kit' writes tool-use environments; setting is {self.setting!r} "
@@ -477,7 +472,10 @@ def _attempt(
 ) -> list[Design]:
     """One try at each plan (skill, document, memory, chat): generate, parse, hint, validate, and record
     every proposal in the archive. ``repair``: (round, the archive id each plan repairs), for a repair."""
-    stop = {"question": (QUESTION_STOP,), "tool_kit": (TOOL_KIT_STOP,)}.get(config.form, ())
+    # A kit form forces the answer to open with the class and stops at the end of its block; "tool_kit"
+    # with thinking on (the reference's Qwen3-8B runs) lets the designer think, then write its block.
+    forced = config.form in KIT_OF_FORM and not (config.form == "tool_kit" and config.thinking == "on")
+    stop = {"question": (QUESTION_STOP,), "tool_kit": (TOOL_KIT_STOP,)}.get(config.form, ()) if forced else ()
     sampling = SamplingSettings(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
@@ -492,7 +490,11 @@ def _attempt(
         generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling, thinking)
         parse = parse_question_design
     elif config.form == "tool_kit":
-        generations = generate_with_prefix(policy, chats, TOOL_KIT_PREFIX, sampling, thinking)
+        generations = (
+            generate_with_prefix(policy, chats, TOOL_KIT_PREFIX, sampling, thinking)
+            if forced
+            else policy.generate(chats, sampling, thinking=thinking)
+        )
         parse = functools.partial(parse_kit_design, kit=KIT_OF_FORM["tool_kit"])
     else:
         generations = policy.generate(chats, sampling, thinking=thinking)
@@ -500,7 +502,7 @@ def _attempt(
     rules = config.prompt.hint
     # The parser reads the text without the thinking. A forced opening (form "question") starts the
     # answer itself: a <think> that the generation prompt left open is not taken to run on through it.
-    opened = config.form not in KIT_OF_FORM and opens_thinking(policy, thinking)
+    opened = not forced and opens_thinking(policy, thinking)
     parsed = [
         parse(
             strip_thinking(g.text, opened=opened),

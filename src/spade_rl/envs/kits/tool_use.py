@@ -1,6 +1,6 @@
 # --- spade-rl kit "tool_use": the boilerplate of a tool-use environment (standard library only) ---
 # A design subclasses ToolUseTask (also named ToolUseBaseEnv, as in the SPADE reference,
-# spare/core/envs/tool_use_base_env.py) and writes: `tools` (name -> (description, {parameter: type})),
+# spade/core/envs/tool_use_base_env.py) and writes: `tools` (name -> (description, {parameter: type})),
 # one tool_<name>(...) method per tool, make(rng) that builds the data and returns the task, and
 # plan() -> the tool calls that solve it. The task is either (question, answer), answered with
 # <answer>...</answer>, or a list of (instruction, check) steps shown one at a time, BFCL-style, each
@@ -219,7 +219,7 @@ class ToolUseTask:
 
     def check_answer(self, answer):
         """Names ignoring case and spaces; a number as the one number in the answer, within 0.01
-        (the reference's tolerance, spare/core/envs/tool_use_base_env.py _check_answer)."""
+        (the reference's tolerance, spade/core/envs/tool_use_base_env.py _check_answer)."""
         expected = self._answer
         if _NUMBER.fullmatch(expected.replace(",", "").lstrip("$")):
             numbers = _NUMBER.findall(answer.replace(",", ""))
