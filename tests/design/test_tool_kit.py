@@ -378,3 +378,19 @@ def test_with_thinking_on_the_designer_thinks_then_writes_its_block(pool, thinki
         assert kits.design_part(archive.get(design.env_id).source, "tool_use") == FLIGHTS.strip()
     prompt, settings = policy.calls[0]
     assert settings.stop == () and prompt[0][0]["role"] == "system"  # asked with the chat: nothing forced
+
+
+def test_tool_results_are_capped_and_made_json(pool):
+    code = FLIGHTS.replace(
+        '        return "sunny"', "        return {'text': 'x' * 10_000_000, 'when': object()}"
+    )
+    env = pool.open(composed(code), {"max_turns": 3}).value
+    try:
+        env.reset(seed=0)
+        call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+        result = env.step(call)
+        assert result.ok, result
+        observation = result.value[0]
+        assert len(observation) < 2100 and "[...]</tool_response>" in observation
+    finally:
+        env.close()

@@ -2,7 +2,9 @@
 
 ``designer_chat`` builds the chat (system + user messages) from a corpus document, a skill and
 memory examples; ``hint_chat`` builds the second call of the two-call hint mode, which reads the
-code. Both return plain chat messages (``{"role", "content"}``): the policy renders them with its
+code; ``question_designer_chat`` and ``tool_kit_designer_chat`` ask for a design in a kit's form
+(``spade_rl.envs.kits``), and ``repair_chat`` sends a failed design back with what failed. All return
+plain chat messages (``{"role", "content"}``): the policy renders them with its
 tokenizer's chat template, never with hand-written special tokens.
 """
 

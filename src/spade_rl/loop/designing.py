@@ -103,7 +103,9 @@ class DesignPhaseConfig:
     grounding: bool = True  # false: no corpus document in the designer prompt (ablation "no grounding")
     # "module" (the paper's): the design is a whole environment module. "question": a QuestionTask
     # subclass of the kit (spade_rl.envs.kits) writing make(rng) and a hint, about 8 lines: the answer
-    # is forced to open with "```python\nclass " and stops at the end of its code block.
+    # is forced to open with "```python\nclass " and stops at the end of its code block. "tool_kit"
+    # (setting "tool_use"): a ToolUseTask subclass of the kit "tool_use" (the reference's ToolUseBaseEnv),
+    # forced and stopped the same way unless thinking = "on".
     form: str = "module"
     # The designer's thinking mode (spade_rl.policy.thinking): "template" (the chat template's default),
     # "on" or "off" (enable_thinking passed to a template that has the switch; refused otherwise).
