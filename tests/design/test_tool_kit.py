@@ -194,6 +194,11 @@ HOSTILE = {
         "solution_does_not_win",
         "",
     ),
+    "scoring that never accepts, by the reference's name": (
+        FLIGHTS + "\n    def _check_answer(self, answer):\n        return False\n",
+        "solution_does_not_win",
+        "",
+    ),
     "a step that can never be done": (
         kits.TOOL_EXAMPLES["files"].replace("lambda: folder in self.folders", "lambda: folder == 'x'"),
         "solution_does_not_win",
