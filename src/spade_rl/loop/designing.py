@@ -19,7 +19,8 @@ each design the battery passed (``judge_rejected`` when it says no; never a trai
 repair loop (``repair_rounds``) sends an invalid design back with its failure's message, up to that many
 rounds, inference-only as in the reference: the first design keeps its verdict and its reward, a
 repaired one is archived (``metadata.repair_of``) and played, and its generation (token ids dropped)
-never trains. Form ``tool_kit`` writes a ``ToolUseTask`` subclass (kit "tool_use").
+never trains (both in ``loop/design_extras.py``). Form ``tool_kit`` writes a ``ToolUseTask`` subclass
+(kit "tool_use").
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 
 from spade_rl.archive import Archive, MemorySample
 from spade_rl.corpus import Corpus
-from spade_rl.design.llm_validator import parse_verdict, validator_chat
 from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_kit_design, parse_question_design
 from spade_rl.design.prompts import (
     GAME_SKILLS,
@@ -50,12 +50,12 @@ from spade_rl.design.prompts import (
     designer_chat,
     hint_chat,
     question_designer_chat,
-    repair_chat,
     tool_kit_designer_chat,
 )
 from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.envs import kits, reference
 from spade_rl.executor import Executor, as_executor
+from spade_rl.loop.design_extras import llm_validate, repair_designs
 from spade_rl.loop.stages import Design, Proposal
 from spade_rl.policy import Generation, Policy, SamplingSettings
 from spade_rl.policy.thinking import check_thinking_mode, opens_thinking, strip_thinking, thinking_flag
@@ -338,7 +338,9 @@ def design_environments(
         )
     designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0)
     latest = list(designs)
-    repaired = _repair(policy, archive, executor, config, rng, iteration, plans, designs, thinking)
+    repaired = repair_designs(
+        _attempt, policy, archive, executor, config, rng, iteration, plans, designs, thinking
+    )
     for i, design in repaired.items():
         latest[i] = design
     designs += list(repaired.values())
@@ -361,103 +363,22 @@ def design_environments(
                 thinking,
                 attempt,
             )
-            fixed = _repair(
-                policy, archive, executor, config, rng, iteration, [plans[i] for i in failed], again, thinking
+            fixed = repair_designs(
+                _attempt,
+                policy,
+                archive,
+                executor,
+                config,
+                rng,
+                iteration,
+                [plans[i] for i in failed],
+                again,
+                thinking,
             )
             for j, (i, design) in enumerate(zip(failed, again, strict=True)):
                 latest[i] = fixed.get(j, design)
             designs += again + list(fixed.values())
     return designs
-
-
-def _repair(
-    policy: Policy,
-    archive: Archive,
-    executor: Executor | Sandbox,
-    config: DesignPhaseConfig,
-    rng: random.Random,
-    iteration: int,
-    plans: list[tuple],
-    designs: list[Design],
-    thinking: bool | None,
-) -> dict[int, Design]:
-    """The repair loop (``design.validation.repair_rounds``, the reference's env_repair_turns): each
-    invalid design of ``designs`` (one per plan) goes back to the designer with its failure's message,
-    for up to that many rounds, the conversation growing each round as in the reference. Every try is
-    archived; the valid ones come back by plan index, with generations that never train (the reference
-    trains only the first answer)."""
-    repaired: dict[int, Design] = {}
-    open_slots = {i: (plans[i][3], d) for i, d in enumerate(designs) if not d.valid}
-    for round_ in range(1, config.validation.repair_rounds + 1):
-        if not open_slots:
-            break
-        slots = list(open_slots)
-        asked = []
-        for i in slots:
-            chat, failed = open_slots[i]
-            message = f"{failed.reason}: {failed.report.message if failed.report else failed.parsed.message}"
-            asked.append((*plans[i][:3], repair_chat(chat, failed.generation.text, message, config.form)))
-        origins = [open_slots[i][1].env_id for i in slots]
-        again = _attempt(
-            policy, archive, executor, config, rng, iteration, asked, thinking, 0, (round_, origins)
-        )
-        for i, plan, design in zip(slots, asked, again, strict=True):
-            if design.valid:
-                untrained = dataclasses.replace(
-                    design.generation, completion_token_ids=None, completion_logprobs=None
-                )
-                proposal = dataclasses.replace(design.proposal, generation=untrained)
-                repaired[i] = dataclasses.replace(design, proposal=proposal)
-                del open_slots[i]
-            else:
-                open_slots[i] = (plan[3], design)
-    return repaired
-
-
-def _llm_validate(
-    policy: Policy,
-    config: DesignPhaseConfig,
-    parsed: list[Parsed],
-    reports: list[ValidationReport | None],
-    thinking: bool | None,
-    rng: random.Random,
-) -> dict[int, str]:
-    """The LLM validator on every design the battery passed: one batched generation of the policy (never
-    a training sample); a design it rejects becomes ``judge_rejected``. Returns each judged design's
-    answer, cut short, by index (for the archive)."""
-    settings = config.validation.llm_validator
-    wanted = [i for i, report in enumerate(reports) if report is not None and report.valid]
-    if not wanted:
-        return {}
-    chats = [
-        validator_chat(kits.design_part(parsed[i].source) or parsed[i].source, config.setting, settings)
-        for i in wanted
-    ]
-    sampling = SamplingSettings(
-        max_new_tokens=settings.max_new_tokens,
-        temperature=settings.temperature,
-        top_p=config.top_p,
-        seed=rng.randrange(2**31),
-    )
-    generations = policy.generate(chats, sampling, thinking=thinking)
-    opened = opens_thinking(policy, thinking)
-    answers = {}
-    for i, generation in zip(wanted, generations, strict=True):
-        verdict = parse_verdict(strip_thinking(generation.text, opened=opened))
-        report, answers[i] = reports[i], verdict.reason
-        if report is None:  # not reached: only validated designs are judged
-            continue
-        if verdict.accepts(settings):
-            report.checks.append("llm_validator")
-            continue
-        said = (
-            verdict.reason
-            if verdict.accepted is False
-            else "no verdict (llm_validator.no_verdict = 'reject')"
-        )
-        report.valid, report.reason = False, "judge_rejected"
-        report.message = f"the LLM validator rejected it: {said}"
-    return answers
 
 
 def _attempt(
@@ -548,7 +469,7 @@ def _attempt(
         reports[i] = report
     judged: dict[int, str] = {}
     if config.validation.llm_validator.enabled:
-        judged = _llm_validate(policy, config, parsed, reports, thinking, rng)
+        judged = llm_validate(policy, config, parsed, reports, thinking, rng)
 
     outcomes = []
     for i, ((skill, document_id, parents, chat), generation, result) in enumerate(
