@@ -257,3 +257,17 @@ def test_a_worker_without_the_preload_says_what_to_add(sandbox):
     opened = sandbox.open(external.gem_source("game:GuessTheNumber-v0-easy"))  # the default preload
     assert not opened.ok and opened.reason == "load_raised"
     assert "must preload spade_rl.envs.external.gem_preload" in opened.traceback
+
+
+@needs_gem
+def test_the_run_s_turn_limit_lowers_gem_s_budget_and_the_instructions_say_so(games_sandbox):
+    source = external.gem_source("game:Mastermind-v0-easy")  # GEM gives it 10 turns
+    for given, stated in ((4, 4), (50, 10)):  # lowered, never raised
+        env = games_sandbox.open(source, {"max_turns": given}).value
+        try:
+            assert f"code within {stated} turns" in env.reset(seed=0).value[0]
+            results = [env.step("\\boxed{9 9}").value for _ in range(stated)]  # out of range: no peg
+        finally:
+            env.close()
+        assert [r[2:4] for r in results[:-1]] == [[False, False]] * (stated - 1)
+        assert results[-1][1:4] == [0.0, False, True] and results[-1][4]["status"] == "out_of_turns"

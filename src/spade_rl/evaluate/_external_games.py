@@ -10,7 +10,9 @@ that the game ends by an error, a timeout or a contract violation is a failure o
 and the win rate of each game.
 
 Turn budgets: each game keeps its own (GEM's and TextArena's registered ones); ``max_turns`` caps every
-episode on top of it (the rollout's limit; an episode cut there is not won). The defaults suit a small
+episode on top of it (the rollout's limit; an episode cut there is not won), and lowers a GEM game's own
+budget to it when that is larger, as a training run's ``rollout.max_turns`` does, so that GEM's
+instructions state the budget the episode has. The defaults suit a small
 model on a CPU (128 new tokens a turn, 2048 tokens of conversation, 8 episodes at once).
 """
 
@@ -23,6 +25,7 @@ import time
 from typing import Any, ClassVar
 
 from spade_rl import __version__
+from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import external
 from spade_rl.evaluate.base import (
     DRAW_STRIDE,
@@ -109,8 +112,14 @@ class ExternalGamesSuite(Suite):
         started = time.perf_counter()
         o = self.options
         episodes_each = ctx.limit or o["episodes"]
+        # A game whose adapter takes max_turns (GEM's) lowers its own budget to the cap, as in training.
         specs = [
-            EpisodeSpec(source, seed=ctx.seed + i, tag=(game, ctx.seed + i))
+            EpisodeSpec(
+                source,
+                seed=ctx.seed + i,
+                env_kwargs=constructor_kwargs(source, o["max_turns"]),
+                tag=(game, ctx.seed + i),
+            )
             for game, source in self.sources().items()
             for i in range(episodes_each)
         ]
