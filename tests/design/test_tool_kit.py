@@ -352,6 +352,7 @@ def test_the_llm_validator_audits_tool_kit_designs_by_their_own_code(pool, tmp_p
         assert archive.get(design.env_id).metadata["llm_validator"].endswith("\\boxed{yes}")
     shown = asked[-1][1]["content"]
     assert "class CheapestFlightEnv(ToolUseBaseEnv)" in shown and "class ToolUseTask" not in shown
+    assert "The class subclasses ToolUseTask" in shown  # the kit in a sentence instead
 
 
 def test_a_run_configuration_in_the_tool_kit_form():

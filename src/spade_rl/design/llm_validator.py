@@ -56,6 +56,22 @@ Do not reject for difficulty, long sequences, unneeded tools or wording.""",
 }
 
 
+# What the reader of a kit design is told about the kit (ours, never shown): the design is only its subclass.
+KIT_NOTES = {
+    "question": (
+        "The class subclasses QuestionTask: make(rng) returns (question, answer); the agent wins by writing "
+        "the answer in \\boxed{}."
+    ),
+    "tool_use": (
+        "The class subclasses ToolUseTask: the agent calls the tools (the kit checks the arguments against "
+        "the declared types and calls tool_<name>), and make(rng) returns (question, answer), won by "
+        "<answer>answer</answer>, or a list of (instruction, check) steps shown one at a time, each done "
+        "when its check() is true after a tool call, won by <answer>done</answer> once all are done; plan() "
+        "is the reference solution."
+    ),
+}
+
+
 @dataclass(frozen=True)
 class LLMValidatorSettings:
     """``design.validation.llm_validator``: whether the policy judges each design that passed the
@@ -96,16 +112,18 @@ class Verdict:
 
 
 def validator_chat(
-    source: str, setting: str = "games", settings: LLMValidatorSettings | None = None
+    source: str, setting: str = "games", settings: LLMValidatorSettings | None = None, kit: str | None = None
 ) -> list[dict]:
     """The chat that asks for a verdict on ``source`` (a design's code: for a kit design, the part the
-    designer wrote; the kit itself is ours). ``setting``: "games" or "tool_use"."""
+    designer wrote, with ``kit`` naming the kit, which is ours and described in a sentence).
+    ``setting``: "games" or "tool_use"."""
     if setting not in _QUESTIONS:
         raise ValueError(f"llm validator setting {setting!r}; allowed: {list(_QUESTIONS)}")
     limit = (settings or LLMValidatorSettings()).max_source_chars
     code = source if len(source) <= limit else source[:limit] + "\n# [...]"
+    note = f"{KIT_NOTES[kit]}\n" if kit in KIT_NOTES else ""
     user = (
-        f"{_QUESTIONS[setting]}\n\n```python\n{code.rstrip()}\n```\n\n"
+        f"{_QUESTIONS[setting]}\n\n{note}```python\n{code.rstrip()}\n```\n\n"
         "Think it through, then end with \\boxed{yes} to accept or \\boxed{no} to reject."
     )
     return [{"role": "system", "content": _SYSTEM[setting]}, {"role": "user", "content": user}]

@@ -93,10 +93,13 @@ def llm_validate(
     wanted = [i for i, report in enumerate(reports) if report is not None and report.valid]
     if not wanted:
         return {}
-    chats = [
-        validator_chat(kits.design_part(parsed[i].source) or parsed[i].source, config.setting, settings)
-        for i in wanted
-    ]
+    kit = {"question": "question", "tool_kit": "tool_use"}.get(config.form)
+    chats = []
+    for i in wanted:
+        part = kits.design_part(parsed[i].source, kit) if kit else None
+        chats.append(
+            validator_chat(part or parsed[i].source, config.setting, settings, kit if part else None)
+        )
     sampling = SamplingSettings(
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
