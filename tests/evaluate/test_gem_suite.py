@@ -74,3 +74,24 @@ def test_the_tiny_model_plays_gem_through_the_real_sandbox(pool, tokenizer):
     assert result.n == 2 and result.metrics["env_errors"] == 0
     assert all(i.detail["stop_reason"] in ("terminated", "truncated", "max_turns") for i in result.items)
     assert all(i.response.startswith("[turn 1] \\boxed{") for i in result.items)  # the forced opening
+
+
+def test_the_command_line_runs_the_suite_with_its_options(monkeypatch, tokenizer, tmp_path):
+    """`spade-rl eval --suite gem` end to end through the CLI, with a scripted model (no weights)."""
+    from typer.testing import CliRunner
+
+    import spade_rl.policy
+    from spade_rl.cli import app
+    from spade_rl.evaluate.results import EvalResult
+
+    monkeypatch.setattr(
+        spade_rl.policy, "make_policy", lambda config: FakePolicy(halving, tokenizer=tokenizer)
+    )
+    out = tmp_path / "gem.json"
+    args = ["eval", "--suite", "gem", "--limit", "2", "--out", str(out), "--option", f"gem.games={GAMES[0]}"]
+    result = CliRunner().invoke(app, [*args, "--option", "gem.max_turns=8"])
+    assert result.exit_code == 0, result.output
+    suite = EvalResult.read(out).suites["gem"]
+    assert suite.n == 2 and suite.accuracy == 1.0 and suite.config["max_turns"] == 8
+    bad = CliRunner().invoke(app, ["eval", "--suite", "gem", "--option", "gem.games=game:Chess"])
+    assert bad.exit_code == 2 and "unknown gem game" in bad.output and "Traceback" not in bad.output
