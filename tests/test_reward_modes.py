@@ -1,5 +1,5 @@
 """The reference's designer reward variants and its delayed window, as pure functions, with hand-computed
-numbers (spade-rl/spade: spare/core/learning_potential.py, spare/core/utils/delayed_env_rewards.py)."""
+numbers (spade-rl/spade: spade/core/learning_potential.py, spade/core/utils/delayed_env_rewards.py)."""
 
 import pytest
 

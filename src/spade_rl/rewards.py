@@ -10,7 +10,7 @@ pure plateau (``solve_rate``: the reference's name for it), or the learning pote
 ``|win - mu_slow(skill)|`` with :class:`LearningPotential`'s per-skill moving averages. Designs that fail
 validation get a fixed penalty (0 when invalid, -0.5 on timeout). Designer advantages are centred within
 their group (one prompt group or one skill). With a delay (``DesignerRewardConfig.delay``, the reference's
-``--spare-proposer-training-delay``) a design is rewarded from the plays of its delay window:
+``--spade-proposer-training-delay``) a design is rewarded from the plays of its delay window:
 :func:`window_designer_reward` (the holding of designs is ``spade_rl.loop.delayed``'s).
 
 A group whose rewards are all equal carries no signal for GRPO: :func:`zscore_advantages` and
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-# "solve_rate" and "learning_potential": the reference's ablations (spare/core/utils/delayed_env_rewards.py,
+# "solve_rate" and "learning_potential": the reference's ablations (spade/core/utils/delayed_env_rewards.py,
 # cmd/ablations/train_solve_rate_30b.sh, train_learning_potential_30b.sh).
 DESIGNER_MODES = ("blend", "regret", "plateau", "solve_rate", "learning_potential")
 DESIGNER_SCALES = ("none", "reference")
@@ -74,23 +74,23 @@ class DesignerRewardConfig:
     # learns to fail later (code block < parses < instantiates < ... < deterministic).
     progress_bonus: float = 0.0
     # The designer's centred advantages times a factor: "none" (1), or "reference": the reference's
-    # min(N_agent / N_designer * regenerate_every, max_scale) (spade-rl/spade, spare/core/utils/rewards.py
+    # min(N_agent / N_designer * regenerate_every, max_scale) (spade-rl/spade, spade/core/utils/rewards.py
     # compute_env_reward_scale), so that the few designer samples of an iteration weigh about as much as the
     # many agent samples over a regeneration window.
     scale: str = "none"
     max_scale: float = 50.0
     # True: a design whose reward is negative (a timeout's penalty) is left out of the designer's update
-    # instead of weighing on its group's mean (the reference masks negative blends: spare/core/utils/
+    # instead of weighing on its group's mean (the reference masks negative blends: spade/core/utils/
     # delayed_env_rewards.py, "Games with blend < 0 are masked from the proposer update").
     mask_negative: bool = False
     # 0 (ours): a design is rewarded and trained in the iteration that played it. D > 0: it is held, with
     # its token ids, until D further iterations have played its environment, then rewarded from that window
     # (window_designer_reward) and trained in that iteration's update, as the reference trains its proposer
-    # (spare/slime/spare_rollout.py, --spare-proposer-training-delay: 4 in cmd/games/train_spade_4b.sh, 8 in
+    # (spade/slime/spade_rollout.py, --spade-proposer-training-delay: 4 in cmd/games/train_spade_4b.sh, 8 in
     # cmd/tool_use/_train_spade_blend.sh). spade_rl.loop.delayed holds the designs.
     delay: int = 0
     # The learning-potential mode's per-skill moving averages, mu <- (1 - g) * mu + g * r
-    # (spare/core/learning_potential.py; --spare-gamma1 0.98, --spare-gamma2 0.85 in both paper scripts).
+    # (spade/core/learning_potential.py; --spade-gamma1 0.98, --spade-gamma2 0.85 in both paper scripts).
     lp_gamma_fast: float = 0.98
     lp_gamma_slow: float = 0.85
 
@@ -136,7 +136,7 @@ def designer_reward(
     - ``plateau`` and ``solve_rate``: ``plateau(win)`` (the reference's solve-rate ablation is its blend with
       plateau weight 1 and regret weight 0: cmd/ablations/train_solve_rate_30b.sh);
     - ``learning_potential``: ``|win - baseline|``, the baseline being the skill's slow moving average
-      (:attr:`LearningPotential.baseline`; spare/core/utils/delayed_env_rewards.py,
+      (:attr:`LearningPotential.baseline`; spade/core/utils/delayed_env_rewards.py,
       recompute_delayed_env_rewards).
     """
     on_plateau = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
@@ -177,7 +177,7 @@ def window_designer_reward(
     baseline: float = 0.0,
 ) -> float:
     """The reward of a valid design held over a delay window, as the reference recomputes it when it
-    trains its proposer (spare/core/utils/delayed_env_rewards.py). ``plays[0]`` is the play of the design's
+    trains its proposer (spade/core/utils/delayed_env_rewards.py). ``plays[0]`` is the play of the design's
     own iteration (its regeneration), with the hint's mean return ``hint_return`` and the regret
     ``regret_at_regeneration`` measured then; the win rate is pooled over every play of the window
     (:func:`window_win_rate`). Then :func:`designer_reward` with
@@ -202,7 +202,7 @@ def window_designer_reward(
 
 @dataclass(frozen=True)
 class LearningPotential:
-    """One skill's fast and slow moving averages of the agent's win rate (spare/core/learning_potential.py):
+    """One skill's fast and slow moving averages of the agent's win rate (spade/core/learning_potential.py):
     the first value sets both; then ``mu <- (1 - gamma) * mu + gamma * r`` for each (gamma weighs the new
     value: the fast average follows it more closely). None before any value."""
 

@@ -712,7 +712,7 @@ def test_memory_never_shows_an_environment_twice(tmp_path):
 
 
 def test_reference_memory_keeps_the_latest_window_top_regret_seeds_and_extreme_negatives():
-    """memory_mode = "reference" (spade-rl/spade, spare/core/env_memory.py): the FIFO window, positives
+    """memory_mode = "reference" (spade-rl/spade, spade/core/env_memory.py): the FIFO window, positives
     from the top max(3 n, 10) frontier environments by regret, negatives below 0.1 or above 0.9 only."""
     from spade_rl.archive.sampling import Candidate, pick_memory
 

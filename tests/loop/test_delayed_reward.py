@@ -1,5 +1,5 @@
 """The designer's delayed reward (rewards.delay, loop/delayed.py) as the reference trains its proposer
-(spade-rl/spade, spare/slime/spare_rollout.py, --spare-proposer-training-delay): designs held with their
+(spade-rl/spade, spade/slime/spade_rollout.py, --spade-proposer-training-delay): designs held with their
 token ids until D iterations later, their environments played first meanwhile, rewarded from the window;
 the learning-potential averages; checkpoints. Hand-computed numbers; the last test runs the loop."""
 

@@ -13,16 +13,16 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 GAMES = "cmd/games/train_spade_4b.sh"
 TOOLS = "cmd/tool_use/_train_spade_blend.sh"
 SLIME = "slime's argument defaults (--tis-clip 2.0)"
-REWARDS = "spare/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
+REWARDS = "spade/core/utils/rewards.py (STEP_TIMEOUT_PENALTY)"
 GENERATOR = "SPADE.md, the reference recipe: invalid designs retried up to 8 times (3 when grounded)"
-MEMORY = "spare/core/env_memory.py (EnvironmentMemory)"
-DELAYED = "spare/core/utils/delayed_env_rewards.py (negative blends masked)"
-SCALE = "spare/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
+MEMORY = "spade/core/env_memory.py (EnvironmentMemory)"
+DELAYED = "spade/core/utils/delayed_env_rewards.py (negative blends masked)"
+SCALE = "spade/core/utils/rewards.py (compute_env_reward_scale: max_scale 50)"
 DELAY = (
-    " (--spare-proposer-training-delay; held in spare/slime/spare_rollout.py, rewarded by "
-    "spare/core/utils/delayed_env_rewards.py)"
+    " (--spade-proposer-training-delay; held in spade/slime/spade_rollout.py, rewarded by "
+    "spade/core/utils/delayed_env_rewards.py)"
 )
-LP = " (--spare-gamma1 / --spare-gamma2; spare/core/learning_potential.py)"
+LP = " (--spade-gamma1 / --spade-gamma2; spade/core/learning_potential.py)"
 ABLATIONS = "cmd/ablations/train_{learning_potential,solve_rate}_30b.sh"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -40,7 +40,7 @@ REFERENCE = [
     ("design.invalid", "retry", "retry", GENERATOR, GENERATOR),
     ("design.retries", 8, 8, GENERATOR, GENERATOR),
     ("design.retries_grounded", 3, 3, GENERATOR, GENERATOR),
-    ("design.skills_per_phase", 3, None, GAMES, TOOLS + " (no --spare-skills-per-regen: every skill)"),
+    ("design.skills_per_phase", 3, None, GAMES, TOOLS + " (no --spade-skills-per-regen: every skill)"),
     ("design.temperature", 0.6, 0.6, GAMES, TOOLS),
     ("rollout.max_turns", 25, 25, GAMES, TOOLS),
     ("rollout.max_new_tokens", 8192, 8192, GAMES, TOOLS),

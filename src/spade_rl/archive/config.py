@@ -28,7 +28,7 @@ class ArchiveConfig:
     - ``weight_floor``, ``regret_mix``, ``unplayed_weight``: the training-pool weight, see
       :func:`~spade_rl.archive.sampling.pool_weight`. The floor keeps every valid environment drawable.
     - ``memory_mode``: "weighted" (ours, above) or "reference", the reference implementation's memory
-      (spade-rl/spade, ``spare/core/env_memory.py``): only the latest ``memory_window`` played
+      (spade-rl/spade, ``spade/core/env_memory.py``): only the latest ``memory_window`` played
       environments count (its FIFO of 200); positives are drawn uniformly from the top ``max(3 n, 10)``
       frontier ones by regret; negatives from those with a win rate below ``memory_negative_below`` or
       above ``memory_negative_above`` (0.1, 0.9); no reference environments stand in for missing positives.

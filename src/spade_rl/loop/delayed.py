@@ -7,8 +7,8 @@
 
 With ``rewards.delay = 0`` (our default) every design is rewarded from the play of its own iteration
 and trained in that iteration's update. With ``rewards.delay = D > 0`` the loop trains its designer as
-the reference trains its proposer (spade-rl/spade, spare/slime/spare_rollout.py,
-``--spare-proposer-training-delay``: 4 for games, 8 for tool use): the designs of iteration ``t`` are
+the reference trains its proposer (spade-rl/spade, spade/slime/spade_rollout.py,
+``--spade-proposer-training-delay``: 4 for games, 8 for tool use): the designs of iteration ``t`` are
 held, with their token ids and sampler log-probs, until iteration ``t + D``; meanwhile their
 environments are played first in every iteration of their window, and each play's no-hint win rate and
 mean return are kept; at ``t + D``, after that iteration's play, they are rewarded from the window

@@ -81,13 +81,13 @@ class DesignPhaseConfig:
     setting: str = "games"
     skills: tuple[str, ...] = ()  # empty: the defaults of the setting
     # Skill rotation: each design phase (regeneration window) draws this many of the skills and proposes
-    # only for them (the reference: 3 of 6, --spare-skills-per-regen 3). None: every skill, every time.
+    # only for them (the reference: 3 of 6, --spade-skills-per-regen 3). None: every skill, every time.
     skills_per_phase: int | None = None
     hint_mode: str = "inline"  # inline: code and hint in one answer; separate: a second call
     max_new_tokens: int = 1024
     hint_max_new_tokens: int = 160
     # The separate hint call's temperature (None: ``temperature``). Hint generations are never training
-    # samples, so it may differ; the reference writes hints at 0.3 (--spare-hint-temperature 0.3).
+    # samples, so it may differ; the reference writes hints at 0.3 (--spade-hint-temperature 0.3).
     hint_temperature: float | None = None
     # What becomes of an invalid design: "penalty" (ours: rewarded by rewards.invalid_penalty and the
     # progress bonus) or "retry" (the reference's: the slot is asked again, up to ``retries`` times, or
