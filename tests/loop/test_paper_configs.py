@@ -23,6 +23,7 @@ DELAY = (
     "spade/core/utils/delayed_env_rewards.py)"
 )
 LP = " (--spade-gamma1 / --spade-gamma2; spade/core/learning_potential.py)"
+ARGS = "spade/slime/arguments.py (the argument's default)"
 ABLATIONS = "cmd/ablations/train_{learning_potential,solve_rate}_30b.sh"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -78,6 +79,18 @@ REFERENCE = [
     ("archive.frontier_low", 0.15, 0.15, MEMORY, MEMORY),
     ("archive.frontier_high", 0.85, 0.85, MEMORY, MEMORY),
     ("design.prompt.max_example_chars", 2000, 2000, MEMORY, MEMORY),
+    ("design.form", "module", "tool_kit", GAMES, TOOLS + " (qwen3_tool_use_game_generation: ToolUseBaseEnv)"),
+    (
+        "design.validation.reset_gate_seeds",
+        0,
+        3,
+        GAMES + " (no SPADE_RESET_GATE)",
+        TOOLS + " (SPADE_RESET_GATE=1; spade/core/envs/synthetic_game_env.py: seeds (0, 1, 2))",
+    ),
+    ("design.validation.repair_rounds", 0, 0, ARGS, ARGS),
+    ("design.validation.llm_validator.enabled", False, True, GAMES, TOOLS + " (--spade-use-env-validator)"),
+    ("design.validation.llm_validator.temperature", 0.3, 0.3, ARGS, ARGS),
+    ("design.validation.llm_validator.max_new_tokens", 1024, 16384, "ours (the validator is off)", ARGS),
 ]
 
 
