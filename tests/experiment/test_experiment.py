@@ -214,6 +214,11 @@ def test_example_experiments_load(monkeypatch):
     cpu = load_experiment(EXPERIMENTS / "cpu-default.toml")
     assert {"fixed-pool", "spade"} <= {a.name for a in cpu.arms} and cpu.baseline == "fixed-pool"
     assert cpu.arm("fixed-pool").config(0).designer.source == "none"
+    learning = load_experiment(EXPERIMENTS / "cpu-learning.toml")
+    assert [a.name for a in learning.arms] == ["fixed-pool", "spade", "spade-no-designer-training"]
+    assert learning.seeds == (0, 1) and learning.baseline == "fixed-pool"
+    assert learning.arm("spade-no-designer-training").config(1).designer.train is False
+    assert learning.arm("spade").config(0).designer.source == "policy"
     gpu = load_experiment(EXPERIMENTS / "qwen3-gpu.toml")
     names = {a.name for a in gpu.arms}
     assert {
