@@ -25,10 +25,15 @@ from spade_rl.policy.transformers_backend import TransformersPolicy
 STOPS = tuple(range(3, 49152, 5))
 # No top-k or top-p here: where two logits nearly tie at the cut (it happens: 5e-7 apart), float rounding
 # decides which side of it a token falls, with or without the cache, and the log-probs then differ.
+# Sampling at a low temperature, for the same reason: the tiny model's next-token distribution is nearly
+# flat (36k tokens above 2e-6), and a draw changes token when it falls within the paths' rounding (about
+# 1e-6, how much depends on the CPU's kernels) of a boundary of the cumulative distribution: at
+# temperature 1 about one draw in ten does (a machine with AMX failed every time), at 0.25 a few hundred
+# tokens carry the mass and it is about one in a thousand.
 SETTINGS = {
     "greedy": SamplingSettings(max_new_tokens=7, temperature=0, stop_token_ids=STOPS),
-    "sampled": SamplingSettings(max_new_tokens=7, temperature=0.9, stop_token_ids=STOPS),
-    "sampled_n2": SamplingSettings(max_new_tokens=6, temperature=1.0, n=2, stop_token_ids=STOPS),
+    "sampled": SamplingSettings(max_new_tokens=7, temperature=0.25, stop_token_ids=STOPS),
+    "sampled_n2": SamplingSettings(max_new_tokens=6, temperature=0.25, n=2, stop_token_ids=STOPS),
 }
 
 
@@ -53,8 +58,12 @@ def assert_same(cached: list[Any], plain: list[Any]) -> None:
         assert a.completion_token_ids == b.completion_token_ids
         assert a.finish_reason == b.finish_reason
         assert a.text == b.text
+        # The same tokens, and log-probs equal to float32 rounding: the two paths batch the rows differently
+        # (shared prefixes, reused rows), so the matrix products add in other orders (7e-7 relative for one
+        # row alone against the same row in a batch, here), which the tiny model's wide initialisation
+        # amplifies up to 3e-4 in a log-prob on a machine with AMX (1e-4 held on the earlier ones).
         assert torch.allclose(
-            torch.tensor(a.completion_logprobs), torch.tensor(b.completion_logprobs), atol=1e-4
+            torch.tensor(a.completion_logprobs), torch.tensor(b.completion_logprobs), atol=1e-3
         )
 
 

@@ -142,12 +142,19 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)
+    bottom = 0.0
     if handles:
-        fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=min(len(labels), 6))
+        # As many columns as long labels fit across the figure (about 7 pixels a character at this size),
+        # so that none is cut at the edges; a row of legend more per extra line.
+        width_px = fig.get_figwidth() * 100
+        ncol = max(1, min(len(labels), int(width_px // (7 * max(map(len, labels)) + 50))))
+        rows = -(-len(labels) // ncol)
+        fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=ncol)
+        bottom = 0.02 + 0.035 * rows
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 1))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
