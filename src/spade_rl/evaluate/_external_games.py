@@ -27,14 +27,13 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import external
+from spade_rl.evaluate._episodes import episode_item, episode_metrics
 from spade_rl.evaluate.base import (
     DRAW_STRIDE,
     EvalContext,
-    ItemResult,
     Suite,
     SuiteResult,
     SuiteUnavailable,
-    clip,
 )
 from spade_rl.policy import Policy
 from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
@@ -140,12 +139,12 @@ class ExternalGamesSuite(Suite):
                 batch = specs[start : start + o["batch_episodes"]]
                 seed = ctx.seed + start + ctx.draw * DRAW_STRIDE  # the d-th sampled run: other seeds
                 episodes += run_episodes(policy, sandbox, batch, config, seed=seed)
-        items = [_item(episode) for episode in episodes]
+        items = [episode_item(episode, "game", last_observation=True) for episode in episodes]
         return SuiteResult(
             self.name,
             self.version(),
             items,
-            metrics=_metrics(items),
+            metrics=episode_metrics(items, "game"),
             config={
                 **{k: list(v) if isinstance(v, tuple) else v for k, v in o.items()},
                 "seed": ctx.seed,
@@ -155,38 +154,3 @@ class ExternalGamesSuite(Suite):
             },
             seconds=time.perf_counter() - started,
         )
-
-
-def _item(episode: Episode) -> ItemResult:
-    game, seed = episode.spec.tag
-    actions = "\n".join(f"[turn {n}] {turn.action}" for n, turn in enumerate(episode.turns, 1))
-    detail = {
-        "category": game,
-        "game": game,
-        "seed": seed,
-        "turns": len(episode.turns),
-        "stop_reason": episode.stop_reason,
-        "return": episode.return_,
-    }
-    if episode.turns:
-        detail["last_observation"] = episode.turns[-1].observation[-500:]
-    if episode.error:
-        detail["error"] = episode.error[:1000]
-    return ItemResult(f"{game}/seed={seed}", episode.won, float(episode.return_), clip(actions), detail)
-
-
-def _metrics(items: list[ItemResult]) -> dict[str, float]:
-    if not items:
-        return {}
-    n = len(items)
-    metrics = {
-        "win_rate": sum(i.correct for i in items) / n,
-        "mean_turns": sum(i.detail["turns"] for i in items) / n,
-        "env_errors": float(sum(i.detail["stop_reason"] == "env_error" for i in items)),
-    }
-    by_game: dict[str, list[ItemResult]] = {}
-    for item in items:
-        by_game.setdefault(item.detail["game"], []).append(item)
-    for game, group in by_game.items():
-        metrics[f"win_rate/{game}"] = sum(i.correct for i in group) / len(group)
-    return metrics

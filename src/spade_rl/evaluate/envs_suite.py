@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import reference
-from spade_rl.evaluate.base import DRAW_STRIDE, EvalContext, ItemResult, Suite, SuiteResult, clip
+from spade_rl.evaluate._episodes import episode_item, episode_metrics
+from spade_rl.evaluate.base import DRAW_STRIDE, EvalContext, Suite, SuiteResult
 from spade_rl.policy import Policy
 from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
 
@@ -178,12 +179,12 @@ class EnvsSuite(Suite):
             # The d-th sampled run (ctx.draw) samples the same episodes with other seeds.
             seed = ctx.seed + start + ctx.draw * DRAW_STRIDE
             episodes += run_episodes(policy, ctx.sandbox, batch, config, seed=seed)
-        items = [_item(episode) for episode in episodes]
+        items = [episode_item(episode, "env") for episode in episodes]
         return SuiteResult(
             self.name,
             self.version(),
             items,
-            metrics=_metrics(items),
+            metrics=episode_metrics(items, "env", mean_return=True),
             config={
                 **{k: list(v) if isinstance(v, tuple) else v for k, v in o.items()},
                 "seed": ctx.seed,
@@ -279,37 +280,3 @@ def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
     if missing:
         raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")
     return envs
-
-
-def _item(episode: Episode) -> ItemResult:
-    label, seed = episode.spec.tag
-    actions = "\n".join(f"[turn {n}] {turn.action}" for n, turn in enumerate(episode.turns, 1))
-    detail = {
-        "category": label,
-        "env": label,
-        "seed": seed,
-        "turns": len(episode.turns),
-        "stop_reason": episode.stop_reason,
-        "return": episode.return_,
-    }
-    if episode.error:
-        detail["error"] = episode.error[:1000]
-    return ItemResult(f"{label}/seed={seed}", episode.won, float(episode.return_), clip(actions), detail)
-
-
-def _metrics(items: list[ItemResult]) -> dict[str, float]:
-    if not items:
-        return {}
-    n = len(items)
-    metrics = {
-        "win_rate": sum(i.correct for i in items) / n,
-        "mean_return": sum(i.score for i in items) / n,
-        "mean_turns": sum(i.detail["turns"] for i in items) / n,
-        "env_errors": float(sum(i.detail["stop_reason"] == "env_error" for i in items)),
-    }
-    by_env: dict[str, list[ItemResult]] = {}
-    for item in items:
-        by_env.setdefault(item.detail["env"], []).append(item)
-    for env, group in by_env.items():
-        metrics[f"win_rate/{env}"] = sum(i.correct for i in group) / len(group)
-    return metrics
