@@ -27,16 +27,15 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import external
-from spade_rl.evaluate._episodes import episode_item, episode_metrics
+from spade_rl.evaluate._episodes import episode_item, episode_metrics, play_episodes
 from spade_rl.evaluate.base import (
-    DRAW_STRIDE,
     EvalContext,
     Suite,
     SuiteResult,
     SuiteUnavailable,
 )
 from spade_rl.policy import Policy
-from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.rollout import EpisodeSpec
 from spade_rl.sandbox import Sandbox
 
 DISTRIBUTIONS = {"gem": "gem-llm", "textarena": "textarena"}
@@ -122,23 +121,9 @@ class ExternalGamesSuite(Suite):
             for game, source in self.sources().items()
             for i in range(episodes_each)
         ]
-        config = RolloutConfig(
-            max_turns=o["max_turns"],
-            max_new_tokens=o["max_new_tokens"],
-            max_context_tokens=o["max_context_tokens"],
-            temperature=ctx.sampling.temperature,
-            top_p=ctx.sampling.top_p,
-            call_timeout_s=o["call_timeout_s"],
-            action_prefix={"games": o["action_prefix"]} if o["action_prefix"] else {},
-            action_stop={"games": list(o["action_stop"])} if o["action_stop"] else {},
-        )
-        episodes: list[Episode] = []
         # The evaluation's sandbox settings, with the package preloaded by every worker.
         with Sandbox(external.external_sandbox_config(ctx.sandbox.config, [self.name])) as sandbox:
-            for start in range(0, len(specs), o["batch_episodes"]):
-                batch = specs[start : start + o["batch_episodes"]]
-                seed = ctx.seed + start + ctx.draw * DRAW_STRIDE  # the d-th sampled run: other seeds
-                episodes += run_episodes(policy, sandbox, batch, config, seed=seed)
+            episodes = play_episodes(policy, sandbox, specs, o, ctx)
         items = [episode_item(episode, "game", last_observation=True) for episode in episodes]
         return SuiteResult(
             self.name,

@@ -40,10 +40,10 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import reference
-from spade_rl.evaluate._episodes import episode_item, episode_metrics
-from spade_rl.evaluate.base import DRAW_STRIDE, EvalContext, Suite, SuiteResult
+from spade_rl.evaluate._episodes import episode_item, episode_metrics, play_episodes
+from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult
 from spade_rl.policy import Policy
-from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.rollout import EpisodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -163,22 +163,7 @@ class EnvsSuite(Suite):
             for env in envs
             for i in range(episodes_each)
         ]
-        config = RolloutConfig(
-            max_turns=o["max_turns"],
-            max_new_tokens=o["max_new_tokens"],
-            max_context_tokens=o["max_context_tokens"],
-            temperature=ctx.sampling.temperature,
-            top_p=ctx.sampling.top_p,
-            call_timeout_s=o["call_timeout_s"],
-            action_prefix={"games": o["action_prefix"]} if o["action_prefix"] else {},
-            action_stop={"games": list(o["action_stop"])} if o["action_stop"] else {},
-        )
-        episodes: list[Episode] = []
-        for start in range(0, len(specs), o["batch_episodes"]):
-            batch = specs[start : start + o["batch_episodes"]]
-            # The d-th sampled run (ctx.draw) samples the same episodes with other seeds.
-            seed = ctx.seed + start + ctx.draw * DRAW_STRIDE
-            episodes += run_episodes(policy, ctx.sandbox, batch, config, seed=seed)
+        episodes = play_episodes(policy, ctx.sandbox, specs, o, ctx)
         items = [episode_item(episode, "env") for episode in episodes]
         return SuiteResult(
             self.name,
