@@ -99,7 +99,12 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
             cache = getattr(run.policy, "prefix_cache", None)
             cache_before = dict(cache.stats) if cache is not None else {}
             generated = count_generated_tokens(policies.values(), timers)
-            timers.wrap(run, "_checkpoint", "checkpoint")
+            # The checkpoint: the run directory's since the redesign, SelfPlay's own before it (the bench
+            # also measures earlier commits, with PYTHONPATH=their/src).
+            if hasattr(run, "_checkpoint"):
+                timers.wrap(run, "_checkpoint", "checkpoint")
+            else:
+                timers.wrap(run.files, "checkpoint", "checkpoint")
             run._play = timers.during("play", run._play)
             design = run_module.design_environments
             run_module.design_environments = timers.during("design", design)
