@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 from test_policy_prefix_cache import assert_same, random_tokens  # this folder's shared helpers
 
-from spade_rl.policy import SamplingSettings, TransformersConfig
+from spade_rl.policy import SamplingSettings, TransformersConfig, transformers_backend
 from spade_rl.policy.kv_cache import new_cache
 from spade_rl.policy.prefix_cache import SHARED_PREFIX_MIN_TOKENS, shared_prefixes
 from spade_rl.policy.sampling import choose_tokens
@@ -217,3 +218,32 @@ def test_a_forward_wrapped_in_autocast_keeps_the_prefix_cache(tiny: tuple[Any, A
     policy.generate_tokens(grown, settings)
     assert policy.prefix_cache is not None and policy.prefix_cache.stats["hits"] > 0
     assert {e.kv.dtype for e in policy.prefix_cache._entries.values()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_prompts_fed_in_column_chunks_equal_one_pass(
+    tiny: tuple[Any, Any], temperature: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tokenizer = tiny
+    rng = random.Random(8)
+    system = random_tokens(rng, 40)
+    # Rows of 3 to 70 tokens, some sharing a cached prefix (a gap between it and their rest).
+    prompts = [random_tokens(rng, rng.randint(3, 70)) for _ in range(6)]
+    prompts += [system + random_tokens(rng, rng.randint(1, 20)) for _ in range(4)]
+    settings = SamplingSettings(max_new_tokens=8, temperature=temperature, seed=2, stop_token_ids=STOPS)
+    config = TransformersConfig(prefix_cache_tokens=8192)
+    one_pass = TransformersPolicy(model, tokenizer, config).generate_tokens(prompts, settings)
+    shapes: list[tuple[int, int]] = []
+    forward = model.forward
+
+    @functools.wraps(forward)  # the same signature: the policy passes the cache under the same keyword
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(transformers_backend, "PREFILL_TOKENS", 50)  # 10 rows: 5 columns a pass
+    monkeypatch.setattr(model, "forward", recorded)
+    chunked = TransformersPolicy(model, tokenizer, config).generate_tokens(prompts, settings)
+    assert all(rows * width <= 50 for rows, width in shapes)
+    assert sum(width > 1 for _, width in shapes) >= 4  # the prompts went in several chunks
+    assert_same(chunked, one_pass)

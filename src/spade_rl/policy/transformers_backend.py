@@ -43,6 +43,7 @@ from spade_rl.policy.base import (
     stop_token_ids_of,
 )
 from spade_rl.policy.config import TransformersConfig
+from spade_rl.policy.decode_attention import decoding_attention
 from spade_rl.policy.kv_cache import check_batch_cache, fill_past, new_cache, why_no_prefix_cache
 from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
 from spade_rl.policy.prefix_cache import (
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 # Finished rows leave the batch once they are at least 1 / COMPACT_SHARE of it (each compaction copies the
 # cache of the rows that stay, about the cost of one decoding step's cache append).
 COMPACT_SHARE = 4
+# A prompt batch wider than this many tokens (rows x width) is fed in column chunks of about as many
+# (TransformersPolicy._forward): the activations of a forward pass grow with its tokens.
+PREFILL_TOKENS = 4096
 
 
 class TransformersPolicy(Policy):
@@ -224,15 +228,8 @@ class TransformersPolicy(Policy):
         with self._computing() as dtype:
             cache = self._batch_cache(reuse, past, past + width + settings.max_new_tokens, dtype)
             for step in range(settings.max_new_tokens):
-                out = self.model(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    position_ids=positions,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **{self._cache_keyword: cache},
-                )
-                chosen, chosen_logprobs = choose_tokens(out.logits[:, -1, :].float(), settings, generators)
+                logits = self._forward(input_ids, attention, positions, cache)
+                chosen, chosen_logprobs = choose_tokens(logits, settings, generators)
                 chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
                 for i, b in enumerate(batch):
                     if finish[b] is not None:
@@ -271,8 +268,38 @@ class TransformersPolicy(Policy):
             for b, (prompt, _) in enumerate(rows)
         ]
 
+    def _forward(self, input_ids: Any, attention: Any, positions: Any, cache: Any) -> Any:
+        """Feed ``input_ids`` [rows, width] into ``cache`` and return the float32 logits of their last
+        position [rows, vocab]. ``attention`` covers the cache's past and these ids.
+
+        A wide prompt batch goes in column chunks of about :data:`PREFILL_TOKENS` tokens (each chunk attends
+        to the cache the ones before it filled): the activations of one forward pass grow with its tokens
+        (48 first turns of about 350 tokens each held 0.6 GB at once), while the chunks cost one more read of
+        the weights each. Results equal a single pass up to float rounding."""
+        rows, width = input_ids.shape
+        past = attention.shape[1] - width
+        step = max(1, PREFILL_TOKENS // max(1, rows))
+        for start in range(0, width, step):
+            stop = min(width, start + step)
+            out = self.model(
+                input_ids=input_ids[:, start:stop],
+                attention_mask=attention[:, : past + stop],
+                position_ids=positions[:, start:stop],
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_keyword: cache},
+            )
+        return out.logits[:, -1, :].float()
+
     @contextlib.contextmanager
     def _computing(self) -> Iterator[Any]:
+        """The model's state for a forward pass of generation: :meth:`_precision`, and on the CPU attention
+        over each row's own span when decoding (:mod:`spade_rl.policy.decode_attention`)."""
+        with decoding_attention(self.model), self._precision() as dtype:
+            yield dtype
+
+    @contextlib.contextmanager
+    def _precision(self) -> Iterator[Any]:
         """No gradients, in the precision of generation: bfloat16 autocast when ``autocast_dtype`` is set,
         with the output head in float32 (the log-probs keep float32 precision; one position per row).
         Yields the dtype the call's key/value caches hold (None: as computed).
@@ -376,14 +403,7 @@ class TransformersPolicy(Policy):
         rows = [(prompt, 0) for prompt in prompts]
         with self._computing() as dtype:
             cache = self._batch_cache(reuse, past, past + width, dtype)
-            self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self._cache_keyword: cache},
-            )
+            self._forward(input_ids, attention, positions, cache)
             # Completions of one token each: `_remember` keeps prompt + completion[:-1], the whole prompt.
             # A shorter shared prefix stays: rows that share only it still read it.
             batch, tokens = list(range(len(rows))), [[0] for _ in rows]
