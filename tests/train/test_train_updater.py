@@ -392,3 +392,31 @@ def test_gradient_checkpointing_gives_the_same_update(make_updater):
     one, two = plain.update(make_samples()), checkpointed.update(make_samples())
     assert two["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-5)
     assert relative_difference(plain.model, checkpointed.model, before) < 1e-4
+
+
+def test_wide_micro_steps_hand_freed_memory_back_without_changing_the_update(make_updater, monkeypatch):
+    """After each micro-step of rows at least TRIM_AFTER_TOKENS wide (and only those) the update calls
+    release_unused_memory; the step is the same as without it."""
+    from spade_rl.train import trl_engine
+
+    samples = mixed_length_samples()  # one designer group of 70-token rows, two agent groups of 11
+    plain = make_updater(per_device_train_batch_size=1, gradient_accumulation_steps=12)
+    before = weights(plain.model)
+    expected = plain.update(samples)
+    widths, trims = [], []
+    prepare = trl_engine.SampleServingGRPOTrainer._prepare_inputs
+
+    def recorded(self, batch):
+        micro = prepare(self, batch)
+        widths.append(self.micro_width)
+        return micro
+
+    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "_prepare_inputs", recorded)
+    monkeypatch.setattr(trl_engine, "TRIM_AFTER_TOKENS", 50)
+    monkeypatch.setattr(trl_engine, "release_unused_memory", lambda: trims.append(widths[-1]))
+    trimmed = make_updater(per_device_train_batch_size=1, gradient_accumulation_steps=12)
+    metrics = trimmed.update(samples)
+    assert sorted(widths, reverse=True)[:4] == [70] * 4 and min(widths) < 50
+    assert trims == [70] * 4  # after the designer rows' micro-steps only
+    assert metrics["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
+    assert relative_difference(trimmed.model, plain.model, before) < 1e-4
