@@ -274,8 +274,9 @@ class TransformersPolicy(Policy):
 
         A wide prompt batch goes in column chunks of about :data:`PREFILL_TOKENS` tokens (each chunk attends
         to the cache the ones before it filled): the activations of one forward pass grow with its tokens,
-        while the chunks cost one more read of the weights each, and the memory a chunk freed goes back to the system before the next one
-        (:mod:`spade_rl.memory`). Results equal a single pass up to float rounding."""
+        while the chunks cost one more read of the weights each, and the memory a chunk freed goes back to
+        the system before the next one (:mod:`spade_rl.memory`). Results equal a single pass up to float
+        rounding."""
         rows, width = input_ids.shape
         past = attention.shape[1] - width
         step = max(1, PREFILL_TOKENS // max(1, rows))
