@@ -25,6 +25,18 @@ def thinking_tokenizer(tokenizer):
     return with_template(tokenizer, THINKING_TEMPLATE)
 
 
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny random model (seed 0) saved as a folder: what ``policy.model`` names in a run's config."""
+    from spade_rl.policy import tiny_random_model
+
+    model, tokenizer = tiny_random_model(seed=0)
+    folder = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def sandbox():
     """A started sandbox of two workers with the default hardening, shared by one test module."""

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from spade_rl.policy import tiny_random_model
-
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "iteration.py"
 
 
@@ -24,15 +22,6 @@ def bench():
     sys.modules["bench_iteration"] = module
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model, tokenizer = tiny_random_model(seed=0)
-    folder = tmp_path_factory.mktemp("tiny")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.mark.slow

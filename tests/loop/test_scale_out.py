@@ -25,7 +25,7 @@ from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
 from spade_rl.loop.updating import InferenceOnlyUpdater, make_updater, trainer_weights
-from spade_rl.policy import FakePolicy, ServersConfig, tiny_random_model
+from spade_rl.policy import FakePolicy, ServersConfig
 from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.testing.fake_vllm import FakeVLLMServer, LoopbackTransport
@@ -41,16 +41,6 @@ def server_roles(config: ServersConfig, tokenizer: Any, designs: list[str]) -> d
         "policy": ServerPolicy(config, tokenizer=tokenizer),
         "designer_policy": FakePolicy(designs, tokenizer=tokenizer),
     }
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model as a folder: what policy.model names, and what the servers serve."""
-    model, tokenizer = tiny_random_model(seed=0)
-    folder = tmp_path_factory.mktemp("tiny")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_policy_prefix_cache import random_tokens  # this folder's shared helpers
+from test_policy_prefix_cache import varied_prompts  # this folder's shared helpers
 
 from spade_rl.policy import SamplingSettings, TransformersConfig, transformers_backend
 from spade_rl.policy import decode_attention as decode
@@ -98,11 +98,7 @@ def test_generation_with_span_attention_equals_generation_without(
     tiny: tuple[Any, Any], temperature: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, tokenizer = tiny
-    rng = random.Random(5)
-    system = random_tokens(rng, 40)
-    # 40 rows of 3 to 120 tokens, some sharing a prefix (cached, then laid out with a gap before their rest).
-    prompts = [random_tokens(rng, rng.randint(3, 120)) for _ in range(30)]
-    prompts += [system + random_tokens(rng, rng.randint(1, 30)) for _ in range(10)]
+    prompts = varied_prompts(random.Random(5), alone=30, longest=120, sharing=10, rest=30)  # 40 rows
     settings = SamplingSettings(max_new_tokens=10, temperature=temperature, seed=4)
     calls = {"chunked": 0}
     inner = decode._chunks_of

@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 import torch
-from test_policy_prefix_cache import assert_same, random_tokens  # this folder's shared helpers
+from test_policy_prefix_cache import (  # this folder's shared helpers
+    assert_same,
+    random_tokens,
+    varied_prompts,
+)
 
 from spade_rl.policy import SamplingSettings, TransformersConfig, transformers_backend
 from spade_rl.policy.kv_cache import new_cache
@@ -225,11 +229,7 @@ def test_prompts_fed_in_column_chunks_equal_one_pass(
     tiny: tuple[Any, Any], temperature: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, tokenizer = tiny
-    rng = random.Random(8)
-    system = random_tokens(rng, 40)
-    # Rows of 3 to 70 tokens, some sharing a cached prefix (a gap between it and their rest).
-    prompts = [random_tokens(rng, rng.randint(3, 70)) for _ in range(6)]
-    prompts += [system + random_tokens(rng, rng.randint(1, 20)) for _ in range(4)]
+    prompts = varied_prompts(random.Random(8), alone=6, longest=70, sharing=4, rest=20)
     settings = SamplingSettings(max_new_tokens=8, temperature=temperature, seed=2, stop_token_ids=STOPS)
     config = TransformersConfig(prefix_cache_tokens=8192)
     one_pass = TransformersPolicy(model, tokenizer, config).generate_tokens(prompts, settings)

@@ -51,6 +51,14 @@ def policies(tiny: tuple[Any, Any], **cached: Any) -> tuple[TransformersPolicy, 
     return with_cache, without
 
 
+def varied_prompts(rng: random.Random, alone: int, longest: int, sharing: int, rest: int) -> list[list[int]]:
+    """``alone`` prompts of 3 to ``longest`` random tokens, then ``sharing`` prompts of one 40-token prefix
+    and 1 to ``rest`` tokens of their own (cached, that prefix is laid out with a gap before their rest)."""
+    system = random_tokens(rng, 40)
+    prompts = [random_tokens(rng, rng.randint(3, longest)) for _ in range(alone)]
+    return prompts + [system + random_tokens(rng, rng.randint(1, rest)) for _ in range(sharing)]
+
+
 def assert_same(cached: list[Any], plain: list[Any]) -> None:
     assert len(cached) == len(plain)
     for a, b in zip(cached, plain, strict=True):

@@ -68,7 +68,8 @@ def decoding_attention(model: Any) -> Iterator[None]:
 
 def chunks(spans: list[int]) -> list[tuple[int, int, int]]:
     """Consecutive ``(start, stop, widest span)`` chunks of rows: at least :data:`MIN_CHUNK_ROWS` rows each
-    (the last may have fewer), a new one started by a row at most :data:`NARROWER` of the chunk's widest."""
+    (fewer only in a batch of fewer), a new one started by a row at most :data:`NARROWER` of the chunk's
+    widest."""
     out: list[tuple[int, int, int]] = []
     start = 0
     while start < len(spans):
