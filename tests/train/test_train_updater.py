@@ -420,3 +420,37 @@ def test_wide_micro_steps_hand_freed_memory_back_without_changing_the_update(mak
     assert trims == [70] * 4  # after the designer rows' micro-steps only
     assert metrics["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
     assert relative_difference(trimmed.model, plain.model, before) < 1e-4
+
+
+def test_filler_micro_steps_are_counted_but_not_computed(make_updater, monkeypatch):
+    """Micro-batches of filler rows only (no trained token) skip their forward and backward pass: the
+    step, the loss and TRL's micro-step count are those of computing them."""
+    from spade_rl.train import trl_engine
+
+    samples = make_samples(seed=3)  # two groups of 4: 8 real rows of 12, 4 filler rows
+    settings = dict(per_device_train_batch_size=1, gradient_accumulation_steps=12)
+    computed = []
+    compute = trl_engine.SampleServingGRPOTrainer.compute_loss
+
+    def counted(self, model, inputs, *args, **kwargs):
+        computed.append(int((inputs["completion_mask"] * inputs["tool_mask"]).sum()))  # trained tokens
+        return compute(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "compute_loss", counted)
+    with monkeypatch.context() as every:
+        every.setattr(trl_engine, "_trains_nothing", lambda trainer: False)
+        plain = make_updater(**settings)
+        before = weights(plain.model)
+        expected = plain.update(samples)
+    assert len(computed) == 12 and computed.count(0) == 4
+    computed.clear()
+    skipping = make_updater(**settings)
+    metrics = skipping.update(samples)
+    assert len(computed) == 8 and 0 not in computed
+    assert trl_engine.micro_step_count(skipping.trainer) == trl_engine.micro_step_count(plain.trainer) == 12
+    assert metrics["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
+    assert metrics["train/grad_norm"] == pytest.approx(expected["train/grad_norm"], rel=1e-5)
+    assert relative_difference(skipping.model, plain.model, before) < 1e-4
+    second = skipping.update(make_samples(seed=4))  # the next update generates and skips alike
+    assert len(computed) == 16 and trl_engine.micro_step_count(skipping.trainer) == 24
+    assert second["train/step"] == 2.0
