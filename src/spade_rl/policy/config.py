@@ -45,6 +45,11 @@ class TransformersConfig:
     default 32768 tokens hold at most 1.4 GiB (half under bfloat16 autocast, which caches keys and values in
     bfloat16); 147 KiB for an 8B model like Qwen3-8B in bfloat16 (4.5 GiB).
 
+    ``packed_prefill`` (on the CPU, for models with SDPA attention and a plain dynamic cache) feeds the
+    prompt tokens of a batch's rows as one sequence without padding, each row attending to its own keys and
+    values (:mod:`spade_rl.policy.packed_prefill`); False left-pads the rows to the widest. The two give
+    the same tokens and log-probs up to float rounding.
+
     ``autocast`` is the precision generation computes in when the weights are float32: "bfloat16" runs the
     model's matrix products under ``torch.autocast`` in bfloat16 (the weights, the residual stream, the
     norms and the output head stay float32, and so do the log-probabilities), "off" computes in float32,
@@ -62,8 +67,13 @@ class TransformersConfig:
     attn_implementation: str | None = None  # None: the model's default ("sdpa" for most)
     prefix_cache_tokens: int = 32768
     autocast: str = "off"
+    packed_prefill: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.packed_prefill, bool):
+            raise ValueError(
+                f"transformers packed_prefill must be true or false, got {self.packed_prefill!r}"
+            )
         if self.device.split(":")[0] not in DEVICES:
             raise ValueError(
                 f"transformers device {self.device!r} is not allowed; allowed: {list(DEVICES)} or 'cuda:N'"

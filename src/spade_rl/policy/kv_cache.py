@@ -55,16 +55,18 @@ def check_batch_cache(cache: Any, rows: int, seen: int) -> str:
     return ""
 
 
-def fill_past(cache: Any, reuse: list[Reuse], past: int) -> None:
-    """Fill an empty cache with, per layer, row b's reused keys/values right-aligned in ``past`` positions
-    (zeros before them: masked padding)."""
+def fill_past(cache: Any, reuse: list[Reuse], past: int, ends: list[int] | None = None) -> None:
+    """Fill an empty cache with, per layer, ``past`` positions holding row b's reused keys/values, ending at
+    position ``ends[b]`` (None: right-aligned at ``past``); zeros elsewhere (masked padding, or positions
+    that a packed prompt feed writes next)."""
     sample = next(r.entry.kv for r in reuse if r.entry is not None)
     layers, _, heads, _, dim = sample.shape
     for i in range(layers):  # one layer at a time: the padded copy is transient
         kv = sample.new_zeros((2, len(reuse), heads, past, dim))
         for b, r in enumerate(reuse):
             if r.entry is not None and r.length:
-                kv[:, b, :, past - r.length :] = r.entry.kv[i, :, :, : r.length]
+                end = past if ends is None else ends[b]
+                kv[:, b, :, end - r.length : end] = r.entry.kv[i, :, :, : r.length]
         cache.update(kv[0], kv[1], i)
 
 
@@ -89,6 +91,8 @@ def growing_layer_class() -> type:
             self.dtype = dtype  # keys and values are stored in it (None: as they come)
             self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
             self._length = 0
+            # A spade_rl.policy.packed_prefill.Plan while a packed prompt stretch is fed (packing()).
+            self.packed: Any = None
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
             # Under bfloat16 autocast (ours, or accelerate's around a model trained with bf16) keys arrive in
@@ -100,6 +104,8 @@ def growing_layer_class() -> type:
             if not self.is_initialized:
                 self.device = key_states.device
                 self.is_initialized = True
+            if self.packed is not None:
+                return self._write_packed(key_states, value_states, self.packed)
             end = self._length + key_states.shape[-2]
             if self._buffers is None or end > self._buffers[0].shape[-2]:
                 self._reserve(key_states, value_states, max(end, self.capacity, 2 * self._length))
@@ -108,6 +114,32 @@ def growing_layer_class() -> type:
             values[:, :, self._length : end].copy_(value_states)
             self._length = end
             self.keys, self.values = keys[:, :, :end], values[:, :, :end]
+            return self.keys, self.values
+
+        def _write_packed(self, key_states: torch.Tensor, value_states: torch.Tensor, plan: Any):
+            """Write a packed stretch's keys/values ``[1, heads, tokens, dim]`` to the rows and slots of
+            ``plan`` (buffers of ``plan.rows`` rows made first, zeroed, if there are none); the filled part
+            is then every slot up to ``plan.slots``."""
+
+            buffers = self._buffers
+            if buffers is None or buffers[0].shape[0] != plan.rows or buffers[0].shape[-2] < plan.slots:
+                _, heads, _, dim = key_states.shape
+                room = max(plan.slots, self.capacity)
+
+                def buffer(states: torch.Tensor, old: torch.Tensor | None) -> torch.Tensor:
+                    new = states.new_zeros((plan.rows, heads, room, dim))
+                    if old is not None and self._length:
+                        new[:, :, : self._length].copy_(old[:, :, : self._length])
+                    return new
+
+                old = buffers or (None, None)
+                self._buffers = buffers = (buffer(key_states, old[0]), buffer(value_states, old[1]))
+            rows, slots = plan.write_index(key_states.device)
+            keys, values = buffers
+            keys[rows, :, slots] = key_states[0].transpose(0, 1)
+            values[rows, :, slots] = value_states[0].transpose(0, 1)
+            self._length = max(self._length, plan.slots)
+            self.keys, self.values = keys[:, :, : self._length], values[:, :, : self._length]
             return self.keys, self.values
 
         def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, room: int) -> None:

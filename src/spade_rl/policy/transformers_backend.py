@@ -46,6 +46,7 @@ from spade_rl.policy.config import TransformersConfig
 from spade_rl.policy.decode_attention import decoding_attention
 from spade_rl.policy.kv_cache import check_batch_cache, fill_past, new_cache, why_no_prefix_cache
 from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
+from spade_rl.policy.packed_prefill import packing, stretches, why_not_packed
 from spade_rl.policy.prefix_cache import (
     NO_REUSE,
     SHARED_PREFIX_MIN_TOKENS,
@@ -215,7 +216,6 @@ class TransformersPolicy(Policy):
         import torch
 
         device = self.device
-        input_ids, attention, positions, past, width = self._layout([prompt for prompt, _ in rows], reuse)
         generators = None
         if not settings.greedy:
             generators = [torch.Generator(device=device).manual_seed(seed) for _, seed in rows]
@@ -225,10 +225,15 @@ class TransformersPolicy(Policy):
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str | None] = [None] * len(rows)
         batch = list(range(len(rows)))  # the row at each position of the batch (finished rows leave it)
+        packed = self._packs()
         with self._computing() as dtype:
-            cache = self._batch_cache(reuse, past, past + width + settings.max_new_tokens, dtype)
+            cache, logits, attention, positions, slots = self._prefill(
+                [prompt for prompt, _ in rows], reuse, settings.max_new_tokens, dtype, packed
+            )
+            input_ids: Any = None  # each step's sampled tokens, fed at the next
             for step in range(settings.max_new_tokens):
-                logits = self._forward(input_ids, attention, positions, cache)
+                if step:
+                    logits = self._forward(input_ids, attention, positions, cache)
                 chosen, chosen_logprobs = choose_tokens(logits, settings, generators)
                 chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
                 for i, b in enumerate(batch):
@@ -248,7 +253,7 @@ class TransformersPolicy(Policy):
                 if self._preallocate and len(done) * COMPACT_SHARE >= len(batch):
                     # Finished rows leave the batch (their keys/values kept first): every later step costs
                     # only the rows still generating.
-                    self._remember(batch, rows, reuse, tokens, cache, past, attention.shape[1], done)
+                    self._remember(batch, rows, reuse, tokens, cache, slots, attention.shape[1], done)
                     keep = [i for i, b in enumerate(batch) if finish[b] is None]
                     index = torch.tensor(keep, device=device)
                     for layer in cache.layers:
@@ -262,7 +267,7 @@ class TransformersPolicy(Policy):
                 input_ids = torch.tensor(next_ids, device=device).unsqueeze(1)
                 attention = torch.cat([attention, attention.new_ones((len(batch), 1))], dim=1)
                 positions = positions[:, -1:] + 1
-            self._remember(batch, rows, reuse, tokens, cache, past, attention.shape[1], range(len(batch)))
+            self._remember(batch, rows, reuse, tokens, cache, slots, attention.shape[1], range(len(batch)))
         return [
             self._finish(prompt, tokens[b], logprobs[b], finish[b] or "length", settings)
             for b, (prompt, _) in enumerate(rows)
@@ -346,6 +351,70 @@ class TransformersPolicy(Policy):
             else:
                 head.forward = own
 
+    def _packs(self) -> bool:
+        """Whether this call feeds its prompts packed (:mod:`spade_rl.policy.packed_prefill`)."""
+        return self.config.packed_prefill and self._preallocate and not why_not_packed(self.model)
+
+    def _prefill(
+        self, prompts: list[list[int]], reuse: list[Reuse], new_tokens: int, dtype: Any, packed: bool
+    ) -> tuple[Any, Any, Any, Any, list[tuple[int, int]]]:
+        """Feed the prompts (what each adds to its reused prefix) into a new batch cache with room for
+        ``new_tokens`` more positions. Returns the cache, the float32 logits of each row's last prompt
+        token [rows, vocab], the attention mask over the cache [rows, positions], each row's last position
+        id [rows, 1] and, per row, where its reused prefix ends and its other tokens start in the cache
+        (:meth:`_remember`).
+
+        Packed (``packed``): the new tokens of all rows as one sequence, row b's positions right-aligned in
+        ``[width - len(prompt_b), width)`` without gaps; else left-padded: ``[pad | cached prefix | pad |
+        rest of the prompt]`` (:meth:`_layout`)."""
+        import torch
+
+        if not packed:
+            input_ids, attention, positions, past, width = self._layout(prompts, reuse)
+            cache = self._batch_cache(reuse, past, past + width + new_tokens, dtype)
+            logits = self._forward(input_ids, attention, positions, cache)
+            fed = [len(prompt) - r.length for prompt, r in zip(prompts, reuse, strict=True)]
+            return cache, logits, attention, positions, [(past, past + width - n) for n in fed]
+        lengths = [len(prompt) for prompt in prompts]
+        fed = [length - r.length for length, r in zip(lengths, reuse, strict=True)]
+        width = max(lengths)
+        starts = [width - n for n in fed]
+        past = width if any(r.length for r in reuse) else 0
+        cache = self._batch_cache(reuse, past, width + new_tokens, dtype, ends=starts)
+        device = self.device
+        ids = torch.tensor([t for prompt, r in zip(prompts, reuse, strict=True) for t in prompt[r.length :]])
+        ids = ids.to(device).unsqueeze(0)
+        positions = torch.cat([torch.arange(r.length, n) for n, r in zip(lengths, reuse, strict=True)])
+        positions = positions.to(device).unsqueeze(0)
+        rows = len(prompts)
+        last: list[Any] = [None] * rows
+        offset = 0
+        for i, plan in enumerate(stretches(lengths, fed, width, PREFILL_TOKENS)):
+            if i:
+                release_unused_memory()
+            ends = [p for p in plan.pieces if p.slot + p.count == width]  # rows whose last token is here
+            stop = offset + plan.tokens
+            with packing(self.model, cache, plan):
+                out = self.model(
+                    input_ids=ids[:, offset:stop],
+                    position_ids=positions[:, offset:stop],
+                    attention_mask=None,
+                    use_cache=True,
+                    logits_to_keep=torch.tensor(
+                        [p.start + p.count - 1 for p in ends], dtype=torch.long, device=device
+                    ),
+                    **{self._cache_keyword: cache},
+                )
+            for piece, row_logits in zip(ends, out.logits[0], strict=True):
+                last[piece.row] = row_logits
+            offset = stop
+        logits = torch.stack(last).float()
+        attention = torch.zeros((rows, width), dtype=torch.long)
+        for b, length in enumerate(lengths):
+            attention[b, width - length :] = 1
+        last_positions = torch.tensor(lengths).unsqueeze(1) - 1
+        return cache, logits, attention.to(device), last_positions.to(device), [(s, s) for s in starts]
+
     def _layout(self, prompts: list[list[int]], reuse: list[Reuse]) -> tuple[Any, Any, Any, int, int]:
         """The first forward pass of a batch: input ids, attention mask, position ids, ``past``, ``width``.
 
@@ -402,23 +471,24 @@ class TransformersPolicy(Policy):
         if not prompts:
             return
         reuse = [prefix.lookup(prompt, whole=True) for prompt in prompts]
-        input_ids, attention, positions, past, width = self._layout(prompts, reuse)
         rows = [(prompt, 0) for prompt in prompts]
+        packed = self._packs()
         with self._computing() as dtype:
-            cache = self._batch_cache(reuse, past, past + width, dtype)
-            self._forward(input_ids, attention, positions, cache)
+            cache, _, attention, _, slots = self._prefill(prompts, reuse, 0, dtype, packed)
             # Completions of one token each: `_remember` keeps prompt + completion[:-1], the whole prompt.
             # A shorter shared prefix stays: rows that share only it still read it.
             batch, tokens = list(range(len(rows))), [[0] for _ in rows]
-            self._remember(batch, rows, reuse, tokens, cache, past, past + width, batch, replace=False)
+            self._remember(batch, rows, reuse, tokens, cache, slots, attention.shape[1], batch, replace=False)
 
-    def _batch_cache(self, reuse: list[Reuse], past: int, capacity: int, dtype: Any) -> Any:
-        """The key/value cache of one batch: row b's reused prefix right-aligned in its first ``past``
-        positions; room for ``capacity`` positions when the model's layers allow it (no copy per step),
-        keys and values held in ``dtype`` (None: as computed)."""
+    def _batch_cache(
+        self, reuse: list[Reuse], past: int, capacity: int, dtype: Any, ends: list[int] | None = None
+    ) -> Any:
+        """The key/value cache of one batch: row b's reused prefix in its first ``past`` positions, ending at
+        ``ends[b]`` (None: right-aligned at ``past``); room for ``capacity`` positions when the model's
+        layers allow it (no copy per step), keys and values held in ``dtype`` (None: as computed)."""
         cache = new_cache(self.model, capacity if self._preallocate else None, dtype)
         if past:
-            fill_past(cache, reuse, past)
+            fill_past(cache, reuse, past, ends)
             if self.prefix_cache is not None:
                 # An entry that only this row reads and that its longer sequence will replace is now in the
                 # batch cache: dropped at once, the call does not hold two copies of every conversation.
@@ -434,7 +504,7 @@ class TransformersPolicy(Policy):
         reuse: list[Reuse],
         tokens: list[list[int]],
         cache: Any,
-        past: int,
+        slots: list[tuple[int, int]],
         seen: int,
         store: Sequence[int],
         replace: bool = True,
@@ -442,10 +512,10 @@ class TransformersPolicy(Policy):
         """Keep the keys/values (prompt + completion but the last token) of the rows at batch positions
         ``store`` in the prefix cache; ``batch[i]`` is the row at position ``i``.
 
-        In the batch cache, a row with ``c`` reused tokens holds them at ``[past - c, past)``, then the ``n``
-        other tokens of its prompt up to ``past + width`` and its fed completion tokens after; the copies
-        leave all padding out. An entry a row extends is dropped (``replace``) once no other row of the call
-        still reads it.
+        In the batch cache, row b with ``c`` reused tokens holds them up to position ``slots[b][0]``
+        (exclusive), and the other tokens of its prompt, then its fed completion tokens, from
+        ``slots[b][1]`` on (:meth:`_prefill`); the copies leave all padding out. An entry a row extends is
+        dropped (``replace``) once no other row of the call still reads it.
         """
         prefix = self.prefix_cache
         if prefix is None:
@@ -456,7 +526,6 @@ class TransformersPolicy(Policy):
             self.prefix_cache = None
             return
         layers = cache.layers
-        width = max(len(prompt) - r.length for (prompt, _), r in zip(rows, reuse, strict=True))
         first = layers[0].keys
         for i in store:
             (prompt, _), used = rows[batch[i]], reuse[batch[i]]
@@ -465,11 +534,11 @@ class TransformersPolicy(Policy):
             if len(known) > prefix.max_tokens:
                 continue
             c, rest = used.length, len(known) - used.length
-            start = past + width - (len(prompt) - c)
+            end, start = slots[batch[i]]
             kv = first.new_empty((len(layers), 2, first.shape[1], len(known), first.shape[3]))
             for j, layer in enumerate(layers):
                 for k, states in enumerate((layer.keys, layer.values)):
-                    kv[j, k, :, :c] = states[i, :, past - c : past]
+                    kv[j, k, :, :c] = states[i, :, end - c : end]
                     kv[j, k, :, c:] = states[i, :, start : start + rest]
             full = replace and used.entry is not None and c == len(used.entry.tokens)
             prefix.add(known, kv, replaces=used.entry if full else None)
