@@ -47,6 +47,8 @@ from spade_rl.policy.decode_attention import decoding_attention
 from spade_rl.policy.kv_cache import check_batch_cache, fill_past, new_cache, why_no_prefix_cache
 from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
 from spade_rl.policy.packed_prefill import packing, stretches, why_not_packed
+from spade_rl.policy.packed_weights import PackedLinears
+from spade_rl.policy.packed_weights import why_not_packed as why_not_packed_weights
 from spade_rl.policy.prefix_cache import (
     NO_REUSE,
     SHARED_PREFIX_MIN_TOKENS,
@@ -106,6 +108,7 @@ class TransformersPolicy(Policy):
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
         self.prefix_cache: PrefixCache | None = None
+        self._packed_linears = PackedLinears()  # bfloat16 weights packed for the CPU's products
         self._weights: tuple[Any, Any] | None = None  # the fingerprint the cached keys/values belong to
         unsupported = why_no_prefix_cache(model)
         # Plain dynamic layers can be replaced by preallocated ones (the same interface, no copy per step).
@@ -136,10 +139,12 @@ class TransformersPolicy(Policy):
         return next(self.model.parameters()).device
 
     def clear_prefix_cache(self) -> None:
-        """Forget every cached key/value: call it after the model's weights change (each training update)."""
+        """Forget every cached key/value and packed weight: call it when the model's weights are about to
+        change or have changed (each training update)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
         self._weights = None
+        self._packed_linears.clear()
 
     def close(self) -> None:
         self.clear_prefix_cache()
@@ -343,7 +348,7 @@ class TransformersPolicy(Policy):
         own = head.__dict__.get("forward")  # a forward set on the instance (accelerate's hooks do)
         head.forward = float32_head
         try:
-            with torch.no_grad(), torch.autocast(device, dtype=dtype):
+            with torch.no_grad(), torch.autocast(device, dtype=dtype), self._linears(dtype, head):
                 yield dtype
         finally:
             if own is None:
@@ -414,6 +419,13 @@ class TransformersPolicy(Policy):
             attention[b, width - length :] = 1
         last_positions = torch.tensor(lengths).unsqueeze(1) - 1
         return cache, logits, attention.to(device), last_positions.to(device), [(s, s) for s in starts]
+
+    def _linears(self, dtype: Any, head: Any) -> contextlib.AbstractContextManager[Any]:
+        """The linear layers on packed bfloat16 weights (:mod:`spade_rl.policy.packed_weights`) where they
+        can be, else as they are."""
+        if why_not_packed_weights(self.model, dtype):
+            return contextlib.nullcontext()
+        return self._packed_linears.installed(self.model, head)
 
     def _layout(self, prompts: list[list[int]], reuse: list[Reuse]) -> tuple[Any, Any, Any, int, int]:
         """The first forward pass of a batch: input ids, attention mask, position ids, ``past``, ``width``.
