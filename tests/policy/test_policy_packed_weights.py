@@ -41,9 +41,9 @@ def test_packed_products_equal_autocast_products(monkeypatch) -> None:
     used = []
     installed = PackedLinears.installed
 
-    def counted(self: Any, model: Any, skip: Any = None) -> Any:
-        used.append(True)
-        return installed(self, model, skip)
+    def counted(self: Any, model: Any, dtype: Any, head: Any = None) -> Any:
+        used.append(dtype)
+        return installed(self, model, dtype, head)
 
     monkeypatch.setattr(PackedLinears, "installed", counted)
     packed = next_token_logprobs(policy, prompts)
@@ -68,7 +68,7 @@ def test_new_weights_are_packed_again_and_modules_restored() -> None:
     before = next_token_logprobs(policy, prompts)
     packed = policy._packed_linears
     count = len(packed._packed)
-    assert count == sum(type(m) is torch.nn.Linear for m in policy.model.modules()) - 1  # all but the head
+    assert count == sum(type(m) is torch.nn.Linear for m in policy.model.modules())  # the head too
     assert not any("forward" in m.__dict__ for m in policy.model.modules() if type(m) is torch.nn.Linear)
     with torch.no_grad():  # an optimiser step, in place
         for model in (policy.model, fresh.model):
@@ -78,12 +78,23 @@ def test_new_weights_are_packed_again_and_modules_restored() -> None:
     assert not torch.allclose(before, after, atol=1e-2)
     assert torch.allclose(after, next_token_logprobs(fresh, prompts), atol=1e-6)
     policy.clear_prefix_cache()
-    assert packed._packed == [] and packed._fingerprint is None
+    assert packed._packed == [] and packed._key is None
 
 
-def test_float32_generation_packs_nothing() -> None:
+def test_float32_generation_packs_in_float32(monkeypatch) -> None:
+    """Without autocast every linear layer, the head too, runs on float32 packed weights: the same tokens and
+    log-probs as MKL's products, to float32 rounding."""
     model, tokenizer = tiny_random_model(seed=0)
-    policy = TransformersPolicy(model, tokenizer, TransformersConfig(autocast="off"))
-    policy.generate_tokens([[5, 6, 7]], SamplingSettings(max_new_tokens=2, temperature=0))
-    assert policy._packed_linears._packed == []
-    assert "not bfloat16" in why_not_packed(model, None)
+    policy = TransformersPolicy(model, tokenizer, TransformersConfig(autocast="off", prefix_cache_tokens=0))
+    prompts = varied_prompts(random.Random(3), alone=3, longest=20, sharing=3, rest=8)
+    settings = SamplingSettings(max_new_tokens=6, temperature=0.25, seed=4)
+    packed = policy.generate_tokens(prompts, settings)
+    assert len(policy._packed_linears._packed) == sum(type(m) is torch.nn.Linear for m in model.modules())
+    monkeypatch.setattr(backend, "why_not_packed_weights", lambda model, dtype: "off in this test")
+    plain = policy.generate_tokens(prompts, settings)
+    assert [g.completion_token_ids for g in packed] == [g.completion_token_ids for g in plain]
+    for a, b in zip(packed, plain, strict=True):
+        assert torch.allclose(
+            torch.tensor(a.completion_logprobs), torch.tensor(b.completion_logprobs), atol=1e-4
+        )
+    assert "not bfloat16 or float32" in why_not_packed(model, torch.float16)

@@ -330,7 +330,7 @@ class TransformersPolicy(Policy):
             if not all(p.requires_grad for p in self.model.parameters() if p.is_floating_point()):
                 dtype = None
         if dtype is None:
-            with torch.no_grad():
+            with torch.no_grad(), self._linears(None, None):
                 yield None
             return
         device = self.device.type
@@ -339,18 +339,23 @@ class TransformersPolicy(Policy):
             with torch.no_grad(), torch.autocast(device, dtype=dtype):
                 yield dtype
             return
+        own = head.__dict__.get("forward")  # a forward set on the instance (accelerate's hooks do)
         forward = head.forward
+        linears = self._linears(dtype, head)
+        packed_head = linears.__enter__()
+        if packed_head is not None:
+            forward = packed_head
 
         def float32_head(hidden: torch.Tensor) -> torch.Tensor:
             with torch.autocast(device, enabled=False):
                 return forward(hidden.to(head.weight.dtype))
 
-        own = head.__dict__.get("forward")  # a forward set on the instance (accelerate's hooks do)
         head.forward = float32_head
         try:
-            with torch.no_grad(), torch.autocast(device, dtype=dtype), self._linears(dtype, head):
+            with torch.no_grad(), torch.autocast(device, dtype=dtype):
                 yield dtype
         finally:
+            linears.__exit__(None, None, None)
             if own is None:
                 del head.forward  # the class's forward again
             else:
@@ -421,11 +426,12 @@ class TransformersPolicy(Policy):
         return cache, logits, attention.to(device), last_positions.to(device), [(s, s) for s in starts]
 
     def _linears(self, dtype: Any, head: Any) -> contextlib.AbstractContextManager[Any]:
-        """The linear layers on packed bfloat16 weights (:mod:`spade_rl.policy.packed_weights`) where they
-        can be, else as they are."""
+        """The linear layers on packed weights (:mod:`spade_rl.policy.packed_weights`) where they can be,
+        computing in ``dtype`` (None: float32), but ``head`` (float32, its packed forward yielded, None when
+        it has none); else as they are."""
         if why_not_packed_weights(self.model, dtype):
             return contextlib.nullcontext()
-        return self._packed_linears.installed(self.model, head)
+        return self._packed_linears.installed(self.model, dtype, head)
 
     def _layout(self, prompts: list[list[int]], reuse: list[Reuse]) -> tuple[Any, Any, Any, int, int]:
         """The first forward pass of a batch: input ids, attention mask, position ids, ``past``, ``width``.
