@@ -454,3 +454,34 @@ def test_filler_micro_steps_are_counted_but_not_computed(make_updater, monkeypat
     second = skipping.update(make_samples(seed=4))  # the next update generates and skips alike
     assert len(computed) == 16 and trl_engine.micro_step_count(skipping.trainer) == 24
     assert second["train/step"] == 2.0
+
+
+def test_environment_tokens_skip_the_output_head_without_changing_the_step(make_updater, monkeypatch):
+    """Only trained tokens are scored by the output head: environment tokens (mask 0) are context, their
+    log-probs masked out of the loss, so the step and the metrics are those of scoring every position."""
+    from spade_rl.train import trl_engine
+
+    samples = make_samples(seed=5, env_tail=4)  # agent rows alternate model and environment tokens
+    scored = []
+    fused = trl_engine.SampleServingGRPOTrainer._trained_logps_and_entropies
+
+    def counted(self, model, input_ids, attention_mask, mask):
+        logps, entropies = fused(self, model, input_ids, attention_mask, mask)
+        scored.append(int((logps != 0).sum()))
+        return logps, entropies
+
+    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "_trained_logps_and_entropies", counted)
+    with monkeypatch.context() as every:
+        every.setattr(trl_engine.SampleServingGRPOTrainer, "score_trained_only", False)
+        plain = make_updater()
+        before = weights(plain.model)
+        expected = plain.update(samples)
+    all_positions = sum(scored)
+    scored.clear()
+    trained = make_updater()
+    metrics = trained.update(samples)
+    trained_tokens = sum(sum(s.completion_mask) for s in samples)
+    assert sum(scored) == trained_tokens < all_positions
+    for key in ("train/loss", "train/grad_norm", "train/entropy", "train/clip_ratio/region_mean"):
+        assert metrics[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+    assert relative_difference(trained.model, plain.model, before) < 1e-4

@@ -172,10 +172,8 @@ class SampleServingGRPOTrainer(GRPOTrainer):
         completion_mask = inputs["completion_mask"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
-        )
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        logps, entropies = self._trained_logps_and_entropies(model, input_ids, attention_mask, mask)
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: ratio 1
         mode = "train" if self.model.training else "eval"
@@ -212,6 +210,35 @@ class SampleServingGRPOTrainer(GRPOTrainer):
         )
         self._log_loss_metrics(mode, out, entropies)
         return out.loss
+
+    # Off: every completion position through the output head, as TRL scores them (tests compare the two).
+    score_trained_only: bool = True
+
+    def _trained_logps_and_entropies(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs and entropies of the completion positions [rows, completion width], from TRL's
+        fused output head, scored only where ``mask`` is 1 (the tokens the loss trains; 0 elsewhere).
+
+        TRL's ``_get_per_token_logps_and_entropies`` labels every completion token: in a multi-turn agent
+        row most are the environment's (observations, the chat template), whose log-probs the loss masks
+        out, and each labelled position costs a 576 x 49152 projection, its softmax statistics and their
+        backward in float32. Here their labels are -100 like the prompt's, which the fused head skips: the
+        same loss, gradient and (masked) metrics."""
+        width = mask.size(1)
+        if not self.score_trained_only:
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, width, compute_entropy=True
+            )
+            return logps, entropies
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-width] = -100
+        labels[:, -width:] = labels[:, -width:].masked_fill(mask == 0, -100)
+        with self.accelerator.autocast():
+            outputs = model(
+                input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True
+            )
+        return outputs.log_probs[:, -width:], outputs.entropy[:, -width:]
 
     def _log_loss_metrics(self, mode: str, out: GRPOLoss, entropies: torch.Tensor) -> None:
         """TRL's metrics of one micro-batch: token means over every process, per-row extremes gathered."""
