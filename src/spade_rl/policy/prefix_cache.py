@@ -5,10 +5,12 @@ completion and the next observation. After a call, the keys and values of every 
 and the completion but its last token, which was sampled and never fed) are kept, keyed by their token ids
 (:class:`PrefixCache`, ``config.prefix_cache_tokens`` tokens at most, least recently used dropped first).
 The next call looks up the longest cached prefix of each prompt (any common prefix counts, up to all but
-the prompt's last token), lays the rows' cached keys/values out as ``[padding | cached prefix]`` up to a
-common past width, and feeds only the uncached rest, left-padded; the attention mask has zeros on every
-padding position (also the padding between a row's past and its rest) and the position ids continue from
-each row's true length. Results equal those without the cache up to float rounding (the cached keys/values
+the prompt's last token) and feeds only the uncached rest, the position ids continuing from each row's
+cached length: packed into one sequence on the CPU (:mod:`spade_rl.policy.packed_prefill`; each row's
+cached keys/values then lie just before its new ones, right-aligned), else left-padded after the rows'
+cached keys/values laid out as ``[padding | cached prefix]`` up to a common past width (the attention
+mask has zeros on every padding position, also between a row's past and its rest). Results equal those
+without the cache up to float rounding (the cached keys/values
 were computed in another batch). The cache holds keys/values of the current weights only: each call compares
 a cheap fingerprint of the parameters (their storage, version counters and a strided sample of values; fused
 optimisers do not bump version counters) and drops the cache when it changed. A training loop should still
