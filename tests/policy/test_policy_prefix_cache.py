@@ -242,3 +242,19 @@ def test_models_with_other_cache_layers_run_without_a_prefix_cache(
     [g] = policy.generate_tokens([[5, 6, 7]], settings)
     [again] = policy.generate_tokens([[5, 6, 7, *g.completion_token_ids, 8]], settings)
     assert len(again.completion_token_ids) == 4
+
+
+def test_an_entry_its_one_row_extends_is_freed_once_in_the_batch(tiny: tuple[Any, Any]) -> None:
+    """A conversation's entry, read by its one row of the next turn, leaves the cache with its keys/values as
+    soon as they are in the batch's cache: the call holds no second copy of them."""
+    policy, _ = policies(tiny)
+    rng = random.Random(9)
+    prompts = [random_tokens(rng, 20 + 5 * i) for i in range(4)]
+    first = policy.generate_tokens(prompts, SETTINGS["greedy"])
+    assert policy.prefix_cache is not None
+    old = list(policy.prefix_cache._entries.values())
+    assert old and all(e.kv is not None for e in old)
+    grown = [list(g.prompt_token_ids) + list(g.completion_token_ids) + [7000, 7001] for g in first]
+    policy.generate_tokens(grown, SETTINGS["greedy"])
+    assert all(e.kv is None for e in old)  # freed, not merely forgotten
+    assert all(e.kv is not None for e in policy.prefix_cache._entries.values())

@@ -45,7 +45,7 @@ class _Entry:
 
     def __init__(self, tokens: tuple[int, ...], kv: torch.Tensor) -> None:
         self.tokens = tokens
-        self.kv = kv
+        self.kv: torch.Tensor | None = kv  # None once discarded
         self.pins = 0  # rows of the current call that will read this entry: it is not evicted meanwhile
 
 
@@ -139,9 +139,12 @@ class PrefixCache:
         return True
 
     def discard(self, entry: _Entry) -> None:
-        """Forget ``entry`` now (its reader holds a copy of what it needs)."""
+        """Forget ``entry`` now, its keys/values too (its one reader holds a copy of what it needs): the
+        call's lookups still name the entry until the call ends, and with its tensor a play turn held
+        every conversation's keys/values twice, three times once the turn's own were stored."""
         if self._entries.get(entry.tokens) is entry:
             self._drop(entry.tokens)
+            entry.kv = None
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.tokens -= len(self._entries.pop(key).tokens)
