@@ -195,6 +195,22 @@ def test_budget_evicts_least_recently_used_unpinned_entries() -> None:
     assert set(cache._entries) == {(1, 2, 3, 9, 10)} and cache.tokens == 5
 
 
+def test_reserve_drops_what_add_would_and_dropped_entries_free_their_tensors() -> None:
+    cache = PrefixCache(max_tokens=10)
+    entries = {}
+    for tokens in ((1, 2, 3), (4, 5, 6), (7, 8)):
+        cache.add(tokens, torch.zeros(1, 2, 1, len(tokens), 1))
+        entries[tokens] = cache._entries[tokens]
+    used = cache.lookup((1, 2, 3, 9))  # pinned: never dropped to make room
+    cache.reserve(4)  # 8 + 4 > 10: the least recently used unpinned one goes, (4, 5, 6)
+    assert set(cache._entries) == {(1, 2, 3), (7, 8)} and entries[(4, 5, 6)].kv is None
+    cache.reserve(2)  # fits already
+    assert set(cache._entries) == {(1, 2, 3), (7, 8)}
+    cache.reserve(9)  # cannot fit without the pinned entry: drops what it can, keeps that one
+    assert set(cache._entries) == {(1, 2, 3)} and entries[(7, 8)].kv is None
+    assert used.entry is not None and used.entry.kv is not None
+
+
 def test_lookup_finds_the_longest_common_prefix_below_the_whole_prompt() -> None:
     cache = PrefixCache(max_tokens=100)
     for tokens in [(1, 2, 3, 4, 5, 6), (1, 2, 3, 7), (1, 2, 9, 9, 9, 9, 9, 9)]:

@@ -70,6 +70,13 @@ def fill_past(cache: Any, reuse: list[Reuse], past: int, ends: list[int] | None 
         cache.update(kv[0], kv[1], i)
 
 
+def free_layer(layer: Any) -> None:
+    """Let go of a batch cache layer's keys/values (the batch is done with them)."""
+    if hasattr(layer, "_buffers"):
+        layer._buffers = None
+    layer.keys = layer.values = None
+
+
 @functools.cache
 def growing_layer_class() -> type:
     """:class:`GrowingLayer` (defined on first use: this module imports transformers lazily)."""

@@ -144,10 +144,21 @@ class PrefixCache:
         every conversation's keys/values twice, three times once the turn's own were stored."""
         if self._entries.get(entry.tokens) is entry:
             self._drop(entry.tokens)
-            entry.kv = None
+
+    def reserve(self, tokens: int) -> None:
+        """Drop least recently used unpinned entries until ``tokens`` more would fit: what :meth:`add`
+        drops to make room, done before the new entries' keys/values are copied out of a batch."""
+        for key in [k for k, e in self._entries.items() if e.pins == 0]:
+            if self.tokens + tokens <= self.max_tokens:
+                break
+            self._drop(key)
 
     def _drop(self, key: tuple[int, ...]) -> None:
-        self.tokens -= len(self._entries.pop(key).tokens)
+        # No row of the running call reads a dropped entry (pinned ones are never dropped but by their one
+        # reader, after its copy): its keys/values go now, though a lookup of the call still names it.
+        entry = self._entries.pop(key)
+        self.tokens -= len(entry.tokens)
+        entry.kv = None
 
 
 def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int) -> list[tuple[int, ...]]:

@@ -44,7 +44,7 @@ from spade_rl.policy.base import (
 )
 from spade_rl.policy.config import TransformersConfig
 from spade_rl.policy.decode_attention import decoding_attention
-from spade_rl.policy.kv_cache import check_batch_cache, fill_past, new_cache, why_no_prefix_cache
+from spade_rl.policy.kv_cache import check_batch_cache, fill_past, free_layer, new_cache, why_no_prefix_cache
 from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
 from spade_rl.policy.packed_prefill import packing, stretches, why_not_packed
 from spade_rl.policy.packed_weights import PackedLinears
@@ -272,7 +272,10 @@ class TransformersPolicy(Policy):
                 input_ids = torch.tensor(next_ids, device=device).unsqueeze(1)
                 attention = torch.cat([attention, attention.new_ones((len(batch), 1))], dim=1)
                 positions = positions[:, -1:] + 1
-            self._remember(batch, rows, reuse, tokens, cache, slots, attention.shape[1], range(len(batch)))
+            everything = range(len(batch))
+            self._remember(
+                batch, rows, reuse, tokens, cache, slots, attention.shape[1], everything, last=True
+            )
         return [
             self._finish(prompt, tokens[b], logprobs[b], finish[b] or "length", settings)
             for b, (prompt, _) in enumerate(rows)
@@ -496,7 +499,8 @@ class TransformersPolicy(Policy):
             # Completions of one token each: `_remember` keeps prompt + completion[:-1], the whole prompt.
             # A shorter shared prefix stays: rows that share only it still read it.
             batch, tokens = list(range(len(rows))), [[0] for _ in rows]
-            self._remember(batch, rows, reuse, tokens, cache, slots, attention.shape[1], batch, replace=False)
+            seen = attention.shape[1]
+            self._remember(batch, rows, reuse, tokens, cache, slots, seen, batch, replace=False, last=True)
 
     def _batch_cache(
         self, reuse: list[Reuse], past: int, capacity: int, dtype: Any, ends: list[int] | None = None
@@ -526,6 +530,7 @@ class TransformersPolicy(Policy):
         seen: int,
         store: Sequence[int],
         replace: bool = True,
+        last: bool = False,
     ) -> None:
         """Keep the keys/values (prompt + completion but the last token) of the rows at batch positions
         ``store`` in the prefix cache; ``batch[i]`` is the row at position ``i``.
@@ -533,7 +538,10 @@ class TransformersPolicy(Policy):
         In the batch cache, row b with ``c`` reused tokens holds them up to position ``slots[b][0]``
         (exclusive), and the other tokens of its prompt, then its fed completion tokens, from
         ``slots[b][1]`` on (:meth:`_prefill`); the copies leave all padding out. An entry a row extends is
-        dropped (``replace``) once no other row of the call still reads it.
+        dropped (``replace``) once no other row of the call still reads it. Room is made first (least
+        recently used entries dropped), then the copies go layer by layer; ``last`` (the batch is done
+        with its cache) lets go of each layer of the batch cache once copied: the batch's keys/values
+        and the new entries are never both held whole.
         """
         prefix = self.prefix_cache
         if prefix is None:
@@ -545,20 +553,27 @@ class TransformersPolicy(Policy):
             return
         layers = cache.layers
         first = layers[0].keys
+        kept = []
         for i in store:
             (prompt, _), used = rows[batch[i]], reuse[batch[i]]
             prefix.release(used.entry)
             known = tuple(prompt) + tuple(tokens[batch[i]][:-1])  # the last token was sampled, never fed
-            if len(known) > prefix.max_tokens:
-                continue
-            c, rest = used.length, len(known) - used.length
-            end, start = slots[batch[i]]
-            kv = first.new_empty((len(layers), 2, first.shape[1], len(known), first.shape[3]))
-            for j, layer in enumerate(layers):
+            if len(known) <= prefix.max_tokens:
+                kept.append((i, used, known))
+        prefix.reserve(sum(len(known) for _, _, known in kept))
+        heads, dim = first.shape[1], first.shape[3]
+        copies = [first.new_empty((len(layers), 2, heads, len(known), dim)) for _, _, known in kept]
+        for j, layer in enumerate(layers):
+            for (i, used, known), kv in zip(kept, copies, strict=True):
+                c, rest = used.length, len(known) - used.length
+                end, start = slots[batch[i]]
                 for k, states in enumerate((layer.keys, layer.values)):
                     kv[j, k, :, :c] = states[i, :, end - c : end]
                     kv[j, k, :, c:] = states[i, :, start : start + rest]
-            full = replace and used.entry is not None and c == len(used.entry.tokens)
+            if last:
+                free_layer(layer)
+        for (_, used, known), kv in zip(kept, copies, strict=True):
+            full = replace and used.entry is not None and used.length == len(used.entry.tokens)
             prefix.add(known, kv, replaces=used.entry if full else None)
 
     def _finish(
