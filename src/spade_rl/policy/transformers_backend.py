@@ -69,8 +69,9 @@ log = logging.getLogger(__name__)
 # Finished rows leave the batch once they are at least 1 / COMPACT_SHARE of it (each compaction copies the
 # cache of the rows that stay, about the cost of one decoding step's cache append).
 COMPACT_SHARE = 4
-# A prompt batch wider than this many tokens (rows x width) is fed in column chunks of about as many
-# (TransformersPolicy._forward): the activations of a forward pass grow with its tokens.
+# A prompt batch of more tokens than this (packed: its tokens; left-padded: rows x width) is fed in
+# stretches (column chunks) of about as many (TransformersPolicy._prefill, _forward): the activations of a
+# forward pass grow with its tokens.
 PREFILL_TOKENS = 4096
 
 
