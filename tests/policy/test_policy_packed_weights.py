@@ -13,12 +13,13 @@ from test_policy_prefix_cache import varied_prompts
 
 from spade_rl.policy import SamplingSettings, TransformersConfig, tiny_random_model
 from spade_rl.policy import transformers_backend as backend
-from spade_rl.policy.packed_weights import PackedLinears, why_not_packed
+from spade_rl.policy.packed_weights import PackedLinears, why_not_packed_weights
 from spade_rl.policy.prefix_cache import NO_REUSE
 from spade_rl.policy.transformers_backend import TransformersPolicy
 
 pytestmark = pytest.mark.skipif(
-    bool(why_not_packed(torch.nn.Linear(2, 2), torch.bfloat16)), reason="no packed oneDNN products here"
+    bool(why_not_packed_weights(torch.nn.Linear(2, 2), torch.bfloat16)),
+    reason="no packed oneDNN products here",
 )
 
 
@@ -97,4 +98,4 @@ def test_float32_generation_packs_in_float32(monkeypatch) -> None:
         assert torch.allclose(
             torch.tensor(a.completion_logprobs), torch.tensor(b.completion_logprobs), atol=1e-4
         )
-    assert "not bfloat16 or float32" in why_not_packed(model, torch.float16)
+    assert "not bfloat16 or float32" in why_not_packed_weights(model, torch.float16)

@@ -46,19 +46,28 @@ def register() -> str:
     return NAME
 
 
+def why_not_cpu_sdpa(model: Any) -> str:
+    """Why the model is not one on the CPU whose attention is SDPA ("" when it is): what the CPU attention
+    paths (this module's, :mod:`spade_rl.policy.packed_prefill`) replace."""
+    config = getattr(model, "config", None)
+    first = next(model.parameters(), None)
+    if config is None or first is None:
+        return "the model has no config or no parameters"
+    if first.device.type != "cpu":
+        return f"the model is on {first.device.type}, not the CPU"
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation != "sdpa":
+        return f"the model's attention is {implementation!r}, not 'sdpa'"
+    return ""
+
+
 @contextlib.contextmanager
 def decoding_attention(model: Any) -> Iterator[None]:
     """While inside, a model on the CPU whose attention is SDPA uses :func:`decode_attention`."""
-    config = getattr(model, "config", None)
-    first = next(model.parameters(), None)
-    if (
-        config is None
-        or first is None
-        or first.device.type != "cpu"
-        or getattr(config, "_attn_implementation", None) != "sdpa"
-    ):
+    if why_not_cpu_sdpa(model):
         yield
         return
+    config = model.config
     config._attn_implementation = register()
     try:
         yield

@@ -130,29 +130,28 @@ def growing_layer_class() -> type:
 
             buffers = self._buffers
             if buffers is None or buffers[0].shape[0] != plan.rows or buffers[0].shape[-2] < plan.slots:
-                _, heads, _, dim = key_states.shape
-                room = max(plan.slots, self.capacity)
-
-                def buffer(states: torch.Tensor, old: torch.Tensor | None) -> torch.Tensor:
-                    new = states.new_zeros((plan.rows, heads, room, dim))
-                    if old is not None and self._length:
-                        new[:, :, : self._length].copy_(old[:, :, : self._length])
-                    return new
-
-                old = buffers or (None, None)
-                self._buffers = buffers = (buffer(key_states, old[0]), buffer(value_states, old[1]))
+                self._reserve(key_states, value_states, max(plan.slots, self.capacity), rows=plan.rows)
             rows, slots = plan.write_index(key_states.device)
-            keys, values = buffers
+            keys, values = self._buffers
             keys[rows, :, slots] = key_states[0].transpose(0, 1)
             values[rows, :, slots] = value_states[0].transpose(0, 1)
             self._length = max(self._length, plan.slots)
             self.keys, self.values = keys[:, :, : self._length], values[:, :, : self._length]
             return self.keys, self.values
 
-        def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, room: int) -> None:
+        def _reserve(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, room: int, rows: int | None = None
+        ) -> None:
+            """Buffers with ``room`` positions, the filled part copied over; ``rows`` (a packed write, whose
+            states hold one row) makes them that many rows, zeroed: slots not written yet are masked, and
+            must not hold what masking cannot cancel (NaN)."""
+
             def buffer(states: torch.Tensor, old: torch.Tensor | None) -> torch.Tensor:
                 batch, heads, _, dim = states.shape
-                new = states.new_empty((batch, heads, room, dim))
+                if rows is None:
+                    new = states.new_empty((batch, heads, room, dim))
+                else:
+                    new = states.new_zeros((rows, heads, room, dim))
                 if old is not None and self._length:
                     new[:, :, : self._length].copy_(old[:, :, : self._length])
                 return new

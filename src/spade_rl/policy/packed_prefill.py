@@ -62,7 +62,8 @@ class Plan:
     pieces: list[Piece]
     rows: int
     slots: int
-    _masks: dict[Any, Any] = field(default_factory=dict)  # made on first use: masks, the write index
+    _masks: dict[tuple[int, int], Any] = field(default_factory=dict)  # made on first use
+    _write: tuple[Any, Any] | None = None  # made on first use
 
     @property
     def tokens(self) -> int:
@@ -85,13 +86,13 @@ class Plan:
 
     def write_index(self, device: Any) -> tuple[Any, Any]:
         """(row, slot) of each token of the stretch, for the cache layers' scatter (made once a plan)."""
-        if "write" not in self._masks:
+        if self._write is None:
             import torch
 
             rows = torch.cat([torch.full((p.count,), p.row, dtype=torch.long) for p in self.pieces])
             slots = torch.cat([torch.arange(p.slot, p.slot + p.count) for p in self.pieces])
-            self._masks["write"] = (rows.to(device), slots.to(device))
-        return self._masks["write"]
+            self._write = (rows.to(device), slots.to(device))
+        return self._write
 
 
 def stretches(lengths: list[int], fed: list[int], width: int, tokens: int) -> list[Plan]:
@@ -191,13 +192,6 @@ def packed_attention(
 
 def why_not_packed(model: Any) -> str:
     """Why the model's prompts cannot be fed packed ("" when they can): SDPA attention on the CPU."""
-    config = getattr(model, "config", None)
-    first = next(model.parameters(), None)
-    if config is None or first is None:
-        return "the model has no config or no parameters"
-    if first.device.type != "cpu":
-        return f"the model is on {first.device.type}, not the CPU"
-    implementation = getattr(config, "_attn_implementation", None)
-    if implementation != "sdpa":
-        return f"the model's attention is {implementation!r}, not 'sdpa'"
-    return ""
+    from spade_rl.policy.decode_attention import why_not_cpu_sdpa
+
+    return why_not_cpu_sdpa(model)

@@ -29,7 +29,7 @@ from spade_rl.policy.prefix_cache import same_fingerprint, weights_fingerprint
 ROWS_HINT = 16
 
 
-def why_not_packed(model: Any, dtype: Any) -> str:
+def why_not_packed_weights(model: Any, dtype: Any) -> str:
     """Why the model's linear layers cannot run on packed weights ("" when they can): float32 weights on
     the CPU computing in float32 (``dtype`` None) or under bfloat16 autocast, with oneDNN's packed
     products in this torch."""

@@ -47,8 +47,7 @@ from spade_rl.policy.decode_attention import decoding_attention
 from spade_rl.policy.kv_cache import check_batch_cache, fill_past, free_layer, new_cache, why_no_prefix_cache
 from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
 from spade_rl.policy.packed_prefill import packing, stretches, why_not_packed
-from spade_rl.policy.packed_weights import PackedLinears
-from spade_rl.policy.packed_weights import why_not_packed as why_not_packed_weights
+from spade_rl.policy.packed_weights import PackedLinears, why_not_packed_weights
 from spade_rl.policy.prefix_cache import (
     NO_REUSE,
     SHARED_PREFIX_MIN_TOKENS,
@@ -344,26 +343,22 @@ class TransformersPolicy(Policy):
                 yield dtype
             return
         own = head.__dict__.get("forward")  # a forward set on the instance (accelerate's hooks do)
-        forward = head.forward
-        linears = self._linears(dtype, head)
-        packed_head = linears.__enter__()
-        if packed_head is not None:
-            forward = packed_head
+        with contextlib.ExitStack() as stack:
+            forward = stack.enter_context(self._linears(dtype, head)) or head.forward
 
-        def float32_head(hidden: torch.Tensor) -> torch.Tensor:
-            with torch.autocast(device, enabled=False):
-                return forward(hidden.to(head.weight.dtype))
+            def float32_head(hidden: torch.Tensor) -> torch.Tensor:
+                with torch.autocast(device, enabled=False):
+                    return forward(hidden.to(head.weight.dtype))
 
-        head.forward = float32_head
-        try:
-            with torch.no_grad(), torch.autocast(device, dtype=dtype):
-                yield dtype
-        finally:
-            linears.__exit__(None, None, None)
-            if own is None:
-                del head.forward  # the class's forward again
-            else:
-                head.forward = own
+            head.forward = float32_head
+            try:
+                with torch.no_grad(), torch.autocast(device, dtype=dtype):
+                    yield dtype
+            finally:
+                if own is None:
+                    del head.forward  # the class's forward again
+                else:
+                    head.forward = own
 
     def _packs(self) -> bool:
         """Whether this call feeds its prompts packed (:mod:`spade_rl.policy.packed_prefill`)."""

@@ -91,6 +91,13 @@ def score_completions_only() -> Iterator[None]:
         trl_utils._use_triton = original
 
 
+def trained_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """1 on the completion tokens a micro-batch trains: the completion's, but the environment's (TRL's
+    ``tool_mask``, our rows' ``env_mask``)."""
+    mask = inputs["completion_mask"]
+    return mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
+
+
 # What TRL passes on to the model besides ids and mask (images, token types); the updater serves text only.
 _MODEL_INPUTS_BEYOND_TEXT = (
     "pixel_values",
@@ -172,7 +179,7 @@ class SampleServingGRPOTrainer(GRPOTrainer):
         completion_mask = inputs["completion_mask"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        mask = trained_mask(inputs)
         logps, entropies = self._trained_logps_and_entropies(model, input_ids, attention_mask, mask)
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: ratio 1
@@ -389,10 +396,7 @@ def _trains_nothing(trainer: SampleServingGRPOTrainer) -> bool:
     if not buffered:
         return False
     micro = buffered[trainer._step % trainer.args.steps_per_generation]
-    mask = micro.get("completion_mask")
-    if "tool_mask" in micro and mask is not None:
-        mask = mask * micro["tool_mask"]
-    return mask is not None and not bool(mask.any())
+    return "completion_mask" in micro and not bool(trained_mask(micro).any())
 
 
 def _skip_micro_step(trainer: SampleServingGRPOTrainer) -> None:
