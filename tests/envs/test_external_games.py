@@ -227,6 +227,68 @@ def test_textarena_ends_a_game_after_two_invalid_moves_in_a_row(games_sandbox, t
     assert "invalid move" in episode.turns[0].observation.lower()
 
 
+def halving(chat: list[dict]) -> str:
+    """TextArena's Guess The Number by halving, answering only what follows a forced ``\\boxed{``:
+    reads the range, the answer line's example and every higher/lower answer from the prompt."""
+    text = chat[-1]["content"]
+    assert "Give your move inside \\boxed{}: for example \\boxed{5}, which the game reads as [5]." in text
+    low, high = (int(n) for n in re.search(r"between (\d+) and (\d+)", text).groups())
+    guesses = [int(g) for g in re.findall(r"assistant\n\\boxed\{(\d+)\}", text)]
+    answers = re.findall(r"The target number is (higher|lower)", text)
+    for guess, direction in zip(guesses, answers, strict=True):
+        if direction == "higher":
+            low = max(low, guess + 1)
+        else:
+            high = min(high, guess - 1)
+    return f"{(low + high) // 2}}} and more text that the stop string cuts"
+
+
+BOXED_TURNS = {"action_prefix": {"games": "\\boxed{"}, "action_stop": {"games": ["}"]}}
+
+
+@needs_textarena
+def test_textarena_guess_the_number_is_won_through_boxed_answers_after_the_forced_opening(
+    games_sandbox, tokenizer
+):
+    source = external.textarena_source("GuessTheNumber-v0")  # 1..20 in 10 turns: halving always wins
+    config = RolloutConfig(max_turns=10, max_new_tokens=16, max_context_tokens=4096, **BOXED_TURNS)
+    specs = [EpisodeSpec(source, seed=seed) for seed in range(3)]
+    episodes = run_episodes(FakePolicy(halving, tokenizer=tokenizer), games_sandbox, specs, config)
+    assert [(e.won, e.return_, e.stop_reason) for e in episodes] == [(True, 1.0, "terminated")] * 3
+    assert all(re.fullmatch(r"\\boxed\{\d+\}", turn.action) for e in episodes for turn in e.turns)
+
+
+@needs_textarena
+def test_textarena_takes_the_last_boxed_answer_whatever_else_the_turn_holds(games_sandbox):
+    env = games_sandbox.open(external.textarena_source("TowerOfHanoi-v0")).value
+    try:
+        first = env.reset(seed=0).value[0]
+        assert first.endswith("for example \\boxed{A C}, which the game reads as [A C].")
+        # A bracket in the reasoning is not the move: the boxed one is (before, TextArena read [maybe]).
+        moved = env.step("I could try [maybe] but \\boxed{A C}").value[0]
+        assert "C: [1]" in moved and "invalid" not in moved.lower()
+        again = env.step("\\boxed{[A B]}").value[0]  # a boxed move already in brackets
+        assert "B: [2]" in again and "invalid" not in again.lower()
+    finally:
+        env.close()
+
+
+@needs_gem
+def test_gem_is_given_the_last_boxed_answer_in_its_own_strict_form(games_sandbox, tokenizer):
+    """GEM ends Guess The Number at a guess its pattern \\boxed{(\\d+)} misses: a spaced or bracketed
+    boxed answer is given to it as \\boxed{N}."""
+    source = external.gem_source("game:GuessTheNumber-v0-hard")
+
+    def spaced(chat):
+        return binary_search(chat).replace("\\boxed{", "\\boxed{ [").replace("}", "] }")
+
+    config = RolloutConfig(max_turns=10, max_new_tokens=16, max_context_tokens=4096)
+    specs = [EpisodeSpec(source, seed=seed) for seed in range(2)]
+    episodes = run_episodes(FakePolicy(spaced, tokenizer=tokenizer), games_sandbox, specs, config)
+    assert [(e.won, e.return_) for e in episodes] == [(True, 1.0)] * 2
+    assert all("\\boxed{ [" in turn.action for e in episodes for turn in e.turns)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(len(PACKAGES) < 2, reason="needs both gem and textarena")
 def test_the_pool_seeds_gem_and_textarena_games_validated_in_the_sandbox(games_sandbox, tmp_path):

@@ -10,6 +10,12 @@ What it maps (the README, "Use the environments elsewhere", has the table):
 - observation: GEM's instructions at ``reset`` (they name the action format, ``\\boxed{...}``), and after
   a step GEM's observation, each followed by its ``suffix`` (the board or "Enter your next guess."). The
   conversation keeps the history, so GEM's history-concatenating wrappers are not used.
+- action: GEM reads its last ``\\boxed{...}`` with a strict pattern per game (``\\boxed{(\\d+)}`` for
+  Guess The Number) and ends the game at the first action it cannot parse. An action with a
+  ``\\boxed{x}`` is given to GEM as ``\\boxed{x}`` for its last one, ``x`` stripped of one pair of
+  square brackets or quotes around it and its spaces collapsed (``\\boxed{ [7] }`` is ``\\boxed{7}``: the
+  form spade-rl's system prompt and the games' forced ``\\boxed{`` opening ask for, whatever else the
+  turn holds); an action without one is given as it is.
 - reward: GEM's games pay dense rewards that add up to 1 over an episode exactly when the game is
   solved (1.0 on the winning move of Guess The Number and Tower of Hanoi; one share per black peg of
   Mastermind or per correct Sudoku cell) and -0.1 for an action it cannot parse. The episode is **won**
@@ -29,6 +35,7 @@ What it maps (the README, "Use the environments elsewhere", has the table):
 import copy
 import json
 import random
+import re
 import sys
 
 if "gem" not in sys.modules:  # importing it after the worker hardened itself fails (numpy under seccomp)
@@ -42,6 +49,20 @@ import numpy
 
 _WIN_EPS = 1e-6
 _OVER = "The episode is over."
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_WRAPPERS = ("[]", "''", '""', "``")
+
+
+def boxed(action):
+    """The action as GEM is given it (see the module docstring)."""
+    text = action if isinstance(action, str) else ""
+    boxes = _BOXED.findall(text)
+    if not boxes:
+        return text
+    inner = boxes[-1].strip()
+    if len(inner) >= 2 and inner[0] + inner[-1] in _WRAPPERS:
+        inner = inner[1:-1]
+    return "\\boxed{" + " ".join(inner.split()) + "}"
 
 
 class _RngScope:
@@ -136,9 +157,7 @@ class _GemGame:
         if self._done:
             return _OVER, 0.0, True, False, {"status": "over"}
         with self._scope:
-            obs, reward, terminated, truncated, info = self._game.step(
-                action if isinstance(action, str) else ""
-            )
+            obs, reward, terminated, truncated, info = self._game.step(boxed(action))
         gem_reward = float(reward)
         self._sum += gem_reward
         details = {"gem_reward": gem_reward, "gem_return": self._sum}

@@ -13,10 +13,15 @@ is a language model behind a web API (its agents), which the sandbox cannot reac
   prompt at ``reset``, which states the action format; then the descriptions of the move, the board,
   warnings about invalid moves), joined by blank lines; the player's own action, which TextArena echoes
   back, is left out (the conversation already holds it). At the end, TextArena's reason for ending.
-- action: TextArena reads moves in square brackets (``[5]``, ``[A C]``, ``[up]``). An action without
-  brackets is given as ``[x]`` where ``x`` is the content of its last ``\\boxed{...}`` (the form spade-rl's
-  system prompt asks for), else the whole stripped text: TextArena's own ActionFormattingWrapper
-  brackets bare actions the same way.
+  The prompt at ``reset`` ends with one line saying how to answer in spade-rl's form, with the game's
+  own example: "Give your move inside \\boxed{}: for example \\boxed{A C}, which the game reads as
+  [A C]." (spade-rl's system prompt and the games' forced ``\\boxed{`` opening ask for ``\\boxed{}``,
+  and a small model copies a concrete example where it cannot follow two formats at once).
+- action: TextArena reads moves in square brackets (``[5]``, ``[A C]``, ``[up]``). An action with a
+  ``\\boxed{x}`` is given as ``[x]`` for its last one (as it is when ``x`` is itself bracketed,
+  ``\\boxed{[x]}``), whatever else the text holds; one without is given as it is when it holds a
+  bracketed move, else as ``[text]``: TextArena's own ActionFormattingWrapper brackets bare actions the
+  same way.
 - reward: TextArena scores a single-player game at its end: 1 for a win, a share of completion for a
   loss at the turn limit, -1 (or the share) after a second invalid move in a row. The episode is **won**
   when the game ends with TextArena's reward 1; that step answers 1.0 and every other step 0.0, so
@@ -48,6 +53,7 @@ import textarena
 
 _OVER = "The episode is over."
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_MOVE = re.compile(r"\[([^\[\]]*)\]")  # a move as TextArena reads it: text in square brackets
 
 
 class _RngScope:
@@ -73,11 +79,26 @@ class _RngScope:
 def bracketed(action):
     """The action as TextArena reads it (see the module docstring)."""
     text = action if isinstance(action, str) else ""
-    if "[" in text and "]" in text:
-        return text
     boxes = _BOXED.findall(text)
-    inner = boxes[-1] if boxes else text
-    return "[" + inner.strip() + "]"
+    if boxes:
+        inner = boxes[-1].strip()
+        return inner if _MOVE.fullmatch(inner) else "[" + inner + "]"
+    if _MOVE.search(text):
+        return text
+    return "[" + text.strip() + "]"
+
+
+def answer_line(prompt):
+    """The line that says how to answer in spade-rl's form, with the game's own example: the first
+    bracketed move after "example" or "e.g." in ``prompt``, else its first bracketed move."""
+    moves = [m for m in _MOVE.finditer(prompt) if m.group(1).strip() and "," not in m.group(1)]
+    if not moves:
+        return "Give your move inside \\boxed{}; the game reads it in square brackets."
+    cue = re.search(r"example|e\.g\.", prompt, re.IGNORECASE)
+    after = [m for m in moves if cue and m.start() > cue.start()]
+    inner = (after or moves)[0].group(1).strip()
+    example = "\\boxed{" + inner + "}"
+    return f"Give your move inside \\boxed{{}}: for example {example}, which the game reads as [{inner}]."
 
 
 def _solve_guess(game):
@@ -155,9 +176,9 @@ class _TextArenaGame:
         self._scope = _RngScope(seed)
         with self._scope:
             self._game.reset(num_players=1, seed=seed)
-            text = self._messages()
+            text = self._messages() or "Your move."
         self._done = False
-        return text or "Your move.", {"textarena_id": self.TEXTARENA_ID}
+        return text + "\n\n" + answer_line(text), {"textarena_id": self.TEXTARENA_ID}
 
     def step(self, action):
         if self._done:
