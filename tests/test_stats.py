@@ -35,8 +35,16 @@ def test_play_stats_is_what_the_archive_records():
     returns_no, returns_hint = [e.return_ for e in nohint], [e.return_ for e in hint]
     assert stats.regret == pytest.approx(max(0.0, sum(returns_hint) / 2 - sum(returns_no) / 2))
     assert stats.mean_turns == pytest.approx(2.5)  # over both arms
-    with pytest.raises(ValueError, match="with and without the hint"):
-        play_stats(nohint, [])
+    with pytest.raises(ValueError, match="without the hint, got none"):
+        play_stats([], hint)
+    alone = play_stats(nohint, [])  # a run that plays no hint episode (loop.hint_plays_per_env = 0)
+    assert (alone.episodes_hint, alone.win_rate_hint, alone.regret, alone.mean_return_hint) == (
+        0,
+        0.0,
+        0.0,
+        0.0,
+    )
+    assert alone.win_rate_nohint == 0.5 and alone.mean_turns == pytest.approx(3.0)
 
 
 def test_iteration_means_over_environments_with_the_frontier():
@@ -50,3 +58,9 @@ def test_iteration_means_over_environments_with_the_frontier():
     assert means.frontier_fraction == 0.5  # 0.0 is outside [0.15, 0.85], 0.5 inside
     assert means.regret == pytest.approx((low.regret + mid.regret) / 2)
     assert iteration_means([], (0.15, 0.85)).win_rate is None
+    # environments played without the hint count for the win rate, not for the hint's numbers
+    alone = play_stats([episode(1.0, 1)], [])
+    means = iteration_means([low, alone], (0.15, 0.85))
+    assert means.win_rate == pytest.approx(0.5) and means.win_rate_hint == 1.0 and means.regret == low.regret
+    none = iteration_means([alone], (0.15, 0.85))
+    assert (none.win_rate, none.win_rate_hint, none.regret) == (1.0, None, None)

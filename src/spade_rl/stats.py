@@ -48,21 +48,21 @@ def summarise(episodes: Sequence[Episode]) -> EpisodeSummary:
 
 def play_stats(nohint: Sequence[Episode], hint: Sequence[Episode]) -> PlayStats:
     """One environment's play in one iteration (K episodes without the hint, K with it) as the archive
-    records it. Both arms need at least one episode."""
-    if not nohint or not hint:
-        raise ValueError(
-            f"play_stats needs episodes with and without the hint, got {len(hint)} and {len(nohint)}"
-        )
+    records it. The no-hint arm needs at least one episode; without hint episodes (a run that plays none:
+    ``loop.hint_plays_per_env = 0``) the hint's numbers are recorded as 0 over ``episodes_hint = 0``, as
+    the archive's merge does while one kind has no episode, and :func:`iteration_means` leaves them out."""
+    if not nohint:
+        raise ValueError(f"play_stats needs episodes without the hint, got none ({len(hint)} with it)")
     without, with_hint = summarise(nohint), summarise(hint)
     return PlayStats(
         episodes_nohint=without.episodes,
         episodes_hint=with_hint.episodes,
         win_rate_nohint=without.win_rate,
-        win_rate_hint=with_hint.win_rate,
-        regret=regret([e.return_ for e in hint], [e.return_ for e in nohint]),
+        win_rate_hint=with_hint.win_rate if hint else 0.0,
+        regret=regret([e.return_ for e in hint], [e.return_ for e in nohint]) if hint else 0.0,
         mean_turns=summarise([*nohint, *hint]).mean_turns,
         mean_return_nohint=without.mean_return,
-        mean_return_hint=with_hint.mean_return,
+        mean_return_hint=with_hint.mean_return if hint else 0.0,
     )
 
 
@@ -85,11 +85,12 @@ def iteration_means(stats: Sequence[PlayStats], frontier: tuple[float, float]) -
     if n == 0:
         return IterationMeans(0, None, None, None, None, None)
     low, high = frontier
+    hinted = [s for s in stats if s.episodes_hint]  # the hint's numbers mean nothing without its episodes
     return IterationMeans(
         envs=n,
         win_rate=sum(s.win_rate_nohint for s in stats) / n,
-        win_rate_hint=sum(s.win_rate_hint for s in stats) / n,
-        regret=sum(s.regret for s in stats) / n,
+        win_rate_hint=sum(s.win_rate_hint for s in hinted) / len(hinted) if hinted else None,
+        regret=sum(s.regret for s in hinted) / len(hinted) if hinted else None,
         mean_turns=sum(s.mean_turns for s in stats) / n,
         frontier_fraction=sum(low <= s.win_rate_nohint <= high for s in stats) / n,
     )

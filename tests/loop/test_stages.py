@@ -78,9 +78,10 @@ def test_the_metrics_line_comes_from_the_stages():
     assert empty["agent/win_rate"] is None and empty["train/skipped"] == 1.0 and "agent/envs" not in empty
 
 
-def test_a_play_tag_is_typed_and_still_a_pair():
+def test_a_play_tag_is_typed_with_its_group_slot():
     tag = PlayTag(3, True)
-    assert (tag.env_id, tag.use_hint) == (3, True) and tag == (3, True) and tag[0] == 3
+    assert (tag.env_id, tag.use_hint, tag.slot) == (3, True, 0) and tag == (3, True, 0) and tag[0] == 3
+    assert PlayTag(3, True, 1) != tag  # the second group of one environment in an iteration
 
 
 def test_the_designers_advantages_are_scaled_as_the_reference_scales_them():

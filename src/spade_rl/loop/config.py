@@ -53,6 +53,7 @@ from spade_rl.train import TrainConfig
 log = logging.getLogger(__name__)
 
 DESIGNER_GROUPS = ("iteration", "skill")
+GROUP_SEEDS = ("distinct", "shared")
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,32 @@ class LoopConfig:
     regenerate_every: int = 1  # design every R iterations; in between the agent trains on the pool
     envs_per_iteration: int = 2  # environments played per iteration: new valid designs, then the pool
     plays_per_env: int = 4  # K episodes without the hint and K with it
+    # Episodes with the hint per environment (None: plays_per_env, as in the paper). They only measure
+    # regret (no-hint episodes are the agent's samples): 0 plays none, for runs whose designer is not
+    # rewarded (designer.source = "none"); the archive then records 0 hint episodes and regret 0.
+    hint_plays_per_env: int | None = None
+    # "distinct": every episode of an environment draws its own seed; "shared": the plays of one
+    # environment in one iteration (with and without the hint) share one seed, so that a GRPO group
+    # compares actions on one instance (same prompt) and regret pairs the two arms on it.
+    group_seeds: str = "distinct"
+    # Draw the pool's environments with replacement: an environment can be played as several groups in
+    # one iteration (each with its own seed), so envs_per_iteration can exceed the pool's size.
+    pool_replace: bool = False
     designer_group_by: str = "iteration"  # centre designer rewards over the iteration's designs or a skill
     drop_zero_signal_groups: bool = True  # groups whose rewards are all equal carry no signal
+    # The update of one iteration: 0 trains all of its groups in one optimiser step; G > 0 cuts them into
+    # optimiser steps of at most G groups each (minibatches). update_epochs passes over them, each pass in
+    # a new order: every step after the first is off-policy, bounded by the clipped importance ratio
+    # against the sampler's log-probs (train.old_logprobs = "sampling").
+    groups_per_step: int = 0
+    update_epochs: int = 1
     checkpoint_every: int = 1
     transcripts_per_iteration: int = 2
+
+    @property
+    def hint_plays(self) -> int:
+        """Episodes with the hint per environment (``hint_plays_per_env``, else ``plays_per_env``)."""
+        return self.plays_per_env if self.hint_plays_per_env is None else self.hint_plays_per_env
 
     def __post_init__(self) -> None:
         for name in (
@@ -79,6 +102,22 @@ class LoopConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"loop.{name} must be at least 1, got {getattr(self, name)}")
+        if self.hint_plays_per_env is not None and (
+            type(self.hint_plays_per_env) is not int or self.hint_plays_per_env < 0
+        ):
+            raise ConfigError(
+                "loop.hint_plays_per_env must be an integer >= 0 (0: no episode with the hint), or left out "
+                f"(as many as loop.plays_per_env), got {self.hint_plays_per_env!r}"
+            )
+        if self.group_seeds not in GROUP_SEEDS:
+            raise ConfigError(f"loop.group_seeds {self.group_seeds!r}; allowed: {list(GROUP_SEEDS)}")
+        if self.groups_per_step < 0:
+            raise ConfigError(
+                "loop.groups_per_step must be 0 (all of an iteration's groups in one optimiser step) or a "
+                f"number of groups per step, got {self.groups_per_step}"
+            )
+        if self.update_epochs < 1:
+            raise ConfigError(f"loop.update_epochs must be at least 1, got {self.update_epochs}")
         if self.seed < 0 or self.transcripts_per_iteration < 0:
             raise ConfigError("loop.seed and loop.transcripts_per_iteration must not be negative")
         if self.designer_group_by not in DESIGNER_GROUPS:
@@ -353,6 +392,12 @@ class RunConfig:
                 f"({self.rollout.temperature}): one update trains both roles, and its importance ratio "
                 "compares against the distribution the samples were drawn from at one temperature"
             )
+        if loop.hint_plays == 0 and self.designer.source != "none":
+            raise ConfigError(
+                "loop.hint_plays_per_env = 0 plays no episode with the hint, but designs are rewarded and "
+                f"remembered by their regret (designer.source = {self.designer.source!r}): play at least one "
+                "with the hint, or set designer.source = 'none' (the fixed pool)"
+            )
         if self.designer.source == "none" and self.pool.empty:
             raise ConfigError(
                 "designer.source = 'none' trains on the pool alone, but [pool] adds nothing: name "
@@ -392,6 +437,17 @@ class RunConfig:
         if not self.designer.trains:
             designer_blocks = 0  # no designer sample reaches the update
         blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
+        if loop.groups_per_step:
+            # Cut into steps of at most groups_per_step groups (SelfPlay._update); a step dealt to processes.
+            blocks = min(blocks, -(-loop.groups_per_step // processes))
+            if train.rows_per_update < group * blocks:
+                raise ConfigError(
+                    f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps "
+                    f"= {train.rows_per_update} rows per process, but loop.groups_per_step = "
+                    f"{loop.groups_per_step} brings up to {group * blocks} to each of {processes} "
+                    f"process(es) (blocks of group_size={group}): raise the batch or accumulation, or "
+                    "train fewer groups per step"
+                )
         if train.rows_per_update < group * blocks:
             delayed = (
                 f"; with rewards.delay = {self.rewards.delay} the last iteration trains the designs of "

@@ -64,6 +64,7 @@ from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import play_stats
 from spade_rl.train import sample_from_episode, sample_from_generation
+from spade_rl.train.samples import split_groups
 
 log = logging.getLogger(__name__)
 
@@ -160,14 +161,16 @@ class SelfPlay:
         played = self._play(self._choose_envs(designs, rng, self.designer_rewards.to_play(i)), rng, i)
         times["time/play_s"] = time.perf_counter() - t
 
-        # 5. rewards and advantages; 7. statistics into the archive
+        # 5. rewards and advantages; 7. statistics into the archive (an environment played as several
+        # groups, loop.pool_replace, adds them up; a resumed iteration's partial rows were discarded)
         for env in played:
-            self.archive.record_stats(env.env_id, i, env.stats)
+            self.archive.record_stats(env.env_id, i, env.stats, mode="merge")
         batch = self._batch(designs, played, i, self.designer_rewards)
 
-        # 6. one GRPO update of the shared policy
+        # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
+        # of loop.groups_per_step groups
         t = time.perf_counter()
-        update = self._update(batch)
+        update = self._update(batch, random.Random(f"{cfg.loop.seed}:{i}:update"))
         times["time/update_s"] = time.perf_counter() - t
 
         frontier = (cfg.archive.frontier_low, cfg.archive.frontier_high)
@@ -188,40 +191,53 @@ class SelfPlay:
         """New valid designs first, then those ``held`` for a delayed reward in their window (the reference
         plays a window's environments in every rollout of it), then the frontier-weighted pool, up to
         ``envs_per_iteration``."""
-        wanted = self.config.loop.envs_per_iteration
+        loop = self.config.loop
+        wanted = loop.envs_per_iteration
         chosen = list(dict.fromkeys([*(d.env_id for d in designs if d.valid), *held]))[:wanted]
         if len(chosen) < wanted:
-            pool = self.archive.sample_pool(wanted, rng, setting=self.config.design.setting)
-            chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
+            setting = self.config.design.setting
+            if loop.pool_replace:  # each draw independent: an environment can fill several slots
+                chosen += self.archive.sample_pool(wanted - len(chosen), rng, setting=setting, replace=True)
+            else:
+                pool = self.archive.sample_pool(wanted, rng, setting=setting)
+                chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
         return chosen
 
     def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
-        k = self.config.loop.plays_per_env
-        records = [self.archive.get(env_id) for env_id in env_ids]
+        """One group per entry of ``env_ids`` (an id may come more than once: one slot each): K episodes
+        without the hint and ``loop.hint_plays`` with it, all in one batched rollout."""
+        loop = self.config.loop
+        plays = {False: loop.plays_per_env, True: loop.hint_plays}
+        records = [self.archive.get(env_id) for env_id in dict.fromkeys(env_ids)]
+        by_id = {r.env_id: r for r in records}
         max_turns = self.config.design_phase.validation.max_turns
         kwargs = {r.env_id: play_kwargs(r.source, r.env_kwargs, max_turns) for r in records}
-        specs = [
-            EpisodeSpec(
-                r.source,
-                seed=rng.randrange(2**31),
-                hint=r.hint,
-                use_hint=use_hint,
-                setting=r.setting,
-                env_kwargs=kwargs[r.env_id],
-                tag=PlayTag(r.env_id, use_hint),
-            )
-            for r in records
-            for use_hint in (False, True)
-            for _ in range(k)
-        ]
+        slots = [PlayTag(env_id, False, env_ids[:n].count(env_id)) for n, env_id in enumerate(env_ids)]
+        specs = []
+        for slot in slots:
+            r = by_id[slot.env_id]
+            shared = rng.randrange(2**31) if loop.group_seeds == "shared" else None
+            for use_hint in (False, True):
+                for _ in range(plays[use_hint]):
+                    specs.append(
+                        EpisodeSpec(
+                            r.source,
+                            seed=shared if shared is not None else rng.randrange(2**31),
+                            hint=r.hint,
+                            use_hint=use_hint,
+                            setting=r.setting,
+                            env_kwargs=kwargs[r.env_id],
+                            tag=slot._replace(use_hint=use_hint),
+                        )
+                    )
         episodes = run_episodes(
             self.policy, self.executor, specs, self.config.rollout, seed=rng.randrange(2**31)
         )
         played = []
-        for record in records:
-            nohint = [e for e in episodes if e.spec.tag == PlayTag(record.env_id, False)]
-            hint = [e for e in episodes if e.spec.tag == PlayTag(record.env_id, True)]
-            played.append(PlayedEnv(record.env_id, nohint, hint, play_stats(nohint, hint)))
+        for slot in slots:
+            nohint = [e for e in episodes if e.spec.tag == slot]
+            hint = [e for e in episodes if e.spec.tag == slot._replace(use_hint=True)]
+            played.append(PlayedEnv(slot.env_id, nohint, hint, play_stats(nohint, hint)))
         return played
 
     def _batch(
@@ -284,20 +300,23 @@ class SelfPlay:
                     batch.designer.append(sample_from_generation(held.generation, a * scale, group))
         return batch
 
-    def _update(self, batch: TrainingBatch) -> UpdateResult:
-        """One GRPO step on the batch (none when it is empty)."""
+    def _update(self, batch: TrainingBatch, rng: random.Random | None = None) -> UpdateResult:
+        """The batch's GRPO steps (none when it is empty): one step on all of it, or with
+        ``loop.groups_per_step`` / ``update_epochs`` the steps of :func:`plan_steps` (``rng`` orders them)."""
         samples = batch.samples
         if not samples:
             return UpdateResult(skipped=True)
+        loop = self.config.loop
+        steps = plan_steps(samples, loop.groups_per_step, loop.update_epochs, rng or random.Random(0))
         clear = getattr(self.policy, "clear_prefix_cache", None)
         if callable(clear):
             # The weights are about to change: the cached keys/values would be stale after the update,
             # and emptied now they leave their memory (up to 1.4 GiB on the CPU default) to it.
             clear()
         release_unused_memory()  # what play freed goes back before the update allocates its own
-        metrics = self.updater.update(samples)
+        per_step = [self.updater.update(step) for step in steps]
         release_unused_memory()
-        return UpdateResult(metrics)
+        return UpdateResult(combine_step_metrics(per_step))
 
     # --- evaluation ----------------------------------------------------------------------------------
     def evaluate(self, config: EvalConfig, model: str = ""):
@@ -377,6 +396,50 @@ class SelfPlay:
         log.info(
             "resuming %s after iteration %d (%d partial environments discarded)", self.run_dir, done, removed
         )
+
+
+# Per-step counts that add up over an iteration's steps (combine_step_metrics); the rest are averaged.
+_SUMMED_METRICS = ("time/train_s", "train/filler_rows", "train/no_logprobs", "train/truncated_samples")
+
+
+def plan_steps(samples: list, groups_per_step: int, epochs: int, rng: random.Random) -> list[list]:
+    """The optimiser steps of one iteration's samples: ``epochs`` passes over its groups (consecutive runs
+    of one ``Sample.group``), each cut into steps of at most ``groups_per_step`` whole groups (0: all in
+    one step). The first pass keeps the batch's order; every later one is shuffled with ``rng``.
+
+    3 groups a, b, c with groups_per_step 2 and 2 epochs: [[a, b], [c], <a shuffled pass>, ...]."""
+    groups = split_groups(samples)
+    size = groups_per_step or len(groups)
+    steps = []
+    for epoch in range(epochs):
+        order = list(groups)
+        if epoch:
+            rng.shuffle(order)
+        for start in range(0, len(order), size):
+            steps.append([s for group in order[start : start + size] for s in group])
+    return steps
+
+
+def combine_step_metrics(per_step: list[dict]) -> dict:
+    """The metrics of an iteration's optimiser steps as one line: with one step, its own; with several,
+    counts (rows, samples and tokens trained, seconds) summed over the steps, every other number averaged,
+    the last ``train/step`` (and ``train/steps``: how many), and ``train/loss_first`` / ``train/loss_last``
+    (the loss of the first and the last step)."""
+    if len(per_step) == 1:
+        return per_step[0]
+    keys = dict.fromkeys(k for m in per_step for k in m)
+    combined: dict = {}
+    for key in keys:
+        values = [m[key] for m in per_step if isinstance(m.get(key), int | float)]
+        if values:
+            summed = key in _SUMMED_METRICS or key.endswith(("/samples", "/model_tokens"))
+            combined[key] = sum(values) if summed else sum(values) / len(values)
+    combined["train/step"] = per_step[-1].get("train/step", float(len(per_step)))
+    combined["train/steps"] = float(len(per_step))
+    if "train/loss" in per_step[0] and "train/loss" in per_step[-1]:
+        combined["train/loss_first"] = per_step[0]["train/loss"]
+        combined["train/loss_last"] = per_step[-1]["train/loss"]
+    return combined
 
 
 def evaluate_policy(policy: Policy, sandbox: Sandbox, config: EvalConfig, model: str, backend: str):

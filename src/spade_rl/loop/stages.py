@@ -96,10 +96,13 @@ class Design:
 
 
 class PlayTag(NamedTuple):
-    """The label of one episode of the play phase (``EpisodeSpec.tag``)."""
+    """The label of one episode of the play phase (``EpisodeSpec.tag``): the environment, whether the hint
+    was shown, and which of the iteration's groups of that environment it belongs to (``slot``: several
+    when the pool is drawn with replacement, ``loop.pool_replace``)."""
 
     env_id: int
     use_hint: bool
+    slot: int = 0
 
 
 @dataclass
