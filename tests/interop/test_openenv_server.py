@@ -83,11 +83,11 @@ class Served:
             assert time.monotonic() < deadline, f"{self.active_sessions()} sessions, expected {count}"
             time.sleep(0.05)
 
-    def stop(self) -> None:
-        """SIGTERM, as a service manager stops it: a clean shutdown, no worker left. (uvicorn re-raises
-        the signal once shut down, so the status is that of SIGTERM.)"""
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM, as a service manager stops it (or SIGINT, Ctrl-C): a clean shutdown with status 0,
+        no worker left."""
         workers = children(self.proc.pid)
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         try:
             status = self.proc.wait(timeout=30)
         finally:
@@ -95,7 +95,7 @@ class Served:
                 self.proc.kill()
                 self.proc.wait()
         assert workers, "the server's sandbox workers are its children"
-        assert status in (0, -signal.SIGTERM), self.log.read_text()
+        assert status == 0, self.log.read_text()
         assert "Application shutdown complete" in self.log.read_text()
         time.sleep(0.2)
         assert [w for w in workers if Path(f"/proc/{w}").exists()] == [], self.log.read_text()
@@ -254,6 +254,16 @@ def test_sessions_are_bounded_and_idle_ones_are_closed(tmp_path):
         first.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_closes_the_open_sessions_and_exits_0(tmp_path, sig):
+    server = Served(tmp_path, "guess")
+    with server.client("guess") as env:
+        env.reset(seed=1)
+        server.wait_sessions(1)
+        server.stop(sig)  # asserts status 0 and no worker left
+    assert "stopped: 1 session served, every one closed" in server.log.read_text()
 
 
 def test_bad_serve_arguments_are_refused_before_serving(tmp_path):

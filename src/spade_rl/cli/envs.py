@@ -226,6 +226,7 @@ def envs_serve(
     for entry in entries:
         console.print(f"{entry.name}: http://{host}:{port}/envs/{entry.name} ({entry.origin})")
     try:
-        serve(entries, config)
+        closed = serve(entries, config)
     except SandboxUnavailable as exc:
         raise fail(str(exc)) from None
+    console.print(f"stopped: {closed} session{'' if closed == 1 else 's'} served, every one closed")

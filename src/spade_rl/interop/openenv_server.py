@@ -37,6 +37,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -129,6 +130,7 @@ class EnvServer:
         )
         self._ids = itertools.count(1)
         self._closing = False
+        self.closed_sessions = 0  # over the server's life
 
     # --- naming -----------------------------------------------------------------------------------
     def entry(self, name: str | None) -> EnvEntry:
@@ -182,6 +184,7 @@ class EnvServer:
             if session.closed:
                 return
             session.closed, session.expired = True, why
+            self.closed_sessions += 1
             self.sessions.pop(session.id, None)
             if session.episode_id is not None:
                 key = (session.entry.name, session.episode_id)
@@ -297,8 +300,10 @@ class EnvServer:
                 await self.run(self.close, session, why)
 
     def shutdown(self) -> None:
-        """Close every session and stop every worker."""
+        """Close every session and stop every worker (once: later calls do nothing)."""
         with self._lock:
+            if self._closing:
+                return
             self._closing = True
             sessions = list(self.sessions.values())
         for session in sessions:
@@ -463,21 +468,33 @@ async def _request_model(request: Request, model, allow_empty: bool = False):
         ) from None
 
 
-def serve(entries: list[EnvEntry], config: ServeConfig) -> None:
-    """Serve ``entries`` until SIGINT or SIGTERM (the CLI's ``spade-rl envs serve``). Two sandboxes are
-    started first (``SandboxUnavailable`` if this machine lacks a required isolation layer)."""
+def serve(entries: list[EnvEntry], config: ServeConfig) -> int:
+    """Serve ``entries`` until SIGINT or SIGTERM (``spade-rl envs serve``), close every session and return
+    how many it served; two sandboxes start first (``SandboxUnavailable`` without a required layer).
+    uvicorn catches both signals, shuts down, then raises the signal again with the handlers it found:
+    ours only note it, so a stop asked for returns (status 0, not 130 or 143: a service's failure)."""
     import uvicorn
 
     server = EnvServer(entries, config)
-    server.warm(2)
-    uvicorn.run(
-        create_app(server),
-        host=config.host,
-        port=config.port,
-        ws_max_size=MAX_BODY_BYTES,
-        # Connections beyond this are answered 503 by uvicorn itself: sessions are bounded by
-        # max_sessions, and this bounds the requests and refused connections around them.
-        limit_concurrency=config.max_sessions * 4 + 32,
-        timeout_graceful_shutdown=5,
-        log_level="info",
-    )
+    stops: list[int] = []
+    noted = lambda signum, frame: stops.append(signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.warm(2)
+        if not stops:  # a signal during the warm-up: nothing served
+            uvicorn.run(
+                create_app(server),
+                host=config.host,
+                port=config.port,
+                ws_max_size=MAX_BODY_BYTES,
+                # Connections beyond this are answered 503 by uvicorn itself: sessions are bounded by
+                # max_sessions, and this bounds the requests and refused connections around them.
+                limit_concurrency=config.max_sessions * 4 + 32,
+                timeout_graceful_shutdown=5,
+                log_level="info",
+            )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.shutdown()  # done already by the lifespan, unless stopped before uvicorn served
+    return server.closed_sessions
