@@ -1,4 +1,5 @@
-"""`spade-rl play --human`: a person types the actions of the rollout's own episode (rollout.play_episode).
+"""`spade-rl play --human`: a person types the actions of the rollout's own episode (rollout.play_episode);
+`spade-rl play --model`: the forced action opening on or off (--no-action-prefix).
 
 The model's side of `spade-rl play` is `rollout.run_episodes` with a live display: tests/test_rollout.py.
 """
@@ -44,3 +45,13 @@ def test_a_broken_environment_or_a_missing_hint_is_a_clean_error(runner, clean_f
     clean_failure(result, "the environment failed: step: ")
     assert "broken step" in result.output
     clean_failure(runner.invoke(app, ["play", "guess", "--human", "--hint"]), "--hint needs a hint")
+
+
+def test_a_model_plays_with_the_forced_opening_unless_told_not_to(runner):
+    args = ["play", "guess", "--model", "tiny-random", "--max-turns", "1", "--max-new-tokens", "3"]
+    forced = runner.invoke(app, [*args, "--temperature", "0"])
+    free = runner.invoke(app, [*args, "--temperature", "0", "--no-action-prefix"])
+    assert forced.exit_code == 0 and free.exit_code == 0, forced.output + free.output
+    # The action shown after the turn's header: the forced \boxed{ and what the model wrote after it.
+    assert "turn 1 - model\n\\boxed{" in forced.output
+    assert "turn 1 - model\n" in free.output and "turn 1 - model\n\\boxed{" not in free.output

@@ -53,6 +53,12 @@ def play(
     max_turns: int = typer.Option(25, "--max-turns", min=1),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
     temperature: float = typer.Option(0.6, "--temperature", min=0.0),
+    action_prefix: bool = typer.Option(
+        True,
+        "--action-prefix/--no-action-prefix",
+        help="Open every game turn with \\boxed{ and stop it at } as spade-rl run's defaults do "
+        "(rollout.action_prefix); --no-action-prefix lets the model write its whole turn.",
+    ),
 ) -> None:
     """Watch a model (or yourself, with --human) play an environment in the sandbox, turn by turn."""
     source, hint_value, setting, label, env_kwargs = _resolve_play_target(env, archive, hint_text, max_turns)
@@ -67,9 +73,25 @@ def play(
             if human:
                 _play_human(sandbox, spec, max_turns)
             else:
-                _play_model(sandbox, spec, label, model, episodes, max_turns, max_new_tokens, temperature)
+                config = _model_rollout(max_turns, max_new_tokens, temperature, action_prefix)
+                _play_model(sandbox, spec, label, model, episodes, config)
     except SandboxUnavailable as exc:
         raise fail(str(exc)) from None
+
+
+def _model_rollout(max_turns: int, max_new_tokens: int, temperature: float, forced: bool) -> RolloutConfig:
+    """The rollout of a model's play: the forced action opening and stop strings of `spade-rl run`'s
+    defaults, so that it plays as training plays, unless ``forced`` is off (--no-action-prefix)."""
+    from spade_rl.loop.config import RunConfig
+
+    defaults = RunConfig().rollout
+    return RolloutConfig(
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        action_prefix=defaults.action_prefix if forced else {},
+        action_stop=defaults.action_stop if forced else {},
+    )
 
 
 def _play_model(
@@ -78,25 +100,13 @@ def _play_model(
     label: str,
     model: str | None,
     episodes: int,
-    max_turns: int,
-    max_new_tokens: int,
-    temperature: float,
+    config: RolloutConfig,
 ) -> None:
-    from spade_rl.loop.config import RunConfig
     from spade_rl.policy import PolicyConfig, PolicyError, make_policy
 
     try:
         with console.status("loading the model"):
             policy = make_policy(PolicyConfig(model=model, seed=spec.seed))
-        # The forced action opening and stop strings of `spade-rl run`'s defaults: play as training plays.
-        defaults = RunConfig().rollout
-        config = RolloutConfig(
-            max_turns=max_turns,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            action_prefix=defaults.action_prefix,
-            action_stop=defaults.action_stop,
-        )
     except (PolicyError, ValueError, OSError) as exc:
         raise fail(f"cannot load the model: {exc}") from None
     arms = [False, True] if spec.use_hint else [False]
