@@ -1,0 +1,112 @@
+"""What the validation battery is asked and what it answers: its settings, its report, its reason codes.
+
+``ValidationSettings`` configures the battery of :mod:`spade_rl.design.validate`; every run of it
+gives a ``ValidationReport`` whose ``reason`` is ``"ok"`` or one of ``REASONS`` (the module docstring
+of ``validate`` says which check gives which code). Reports are data: the archive, designer rewards
+and statistics read them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from spade_rl.design.llm_validator import LLMValidatorSettings
+
+MALFORMED_ACTIONS = ("", "this is not a valid action %%% \\boxed{??}")
+REASONS = frozenset(
+    {
+        "ok", "syntax_error", "no_env_class", "multiple_env_classes", "disallowed_import", "load_raised",
+        "init_raised", "reset_raised", "reset_bad_type", "solution_raised", "solution_bad_type",
+        "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range",
+        "solution_does_not_win", "malformed_action_wins", "never_terminates", "instance_dependent",
+        "nondeterministic", "hint_leaks_answer", "trivial_policy_wins", "judge_rejected", "timeout",
+        "same_instance_every_seed", "step_check_raises",
+        "crashed", "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
+    }
+)  # fmt: skip
+Judge = Callable[[str, str], tuple[bool, str]]  # (source, hint) -> (accepted, why)
+
+
+@dataclass
+class ValidationReport:
+    valid: bool
+    reason: str  # "ok" or the code of the first failed check
+    message: str = ""
+    class_name: str = ""
+    checks: list[str] = field(default_factory=list)  # the checks that passed, in order
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per check
+    seconds: float = 0.0
+    solution_turns: int = 0
+    env_kwargs: dict = field(default_factory=dict)  # the constructor arguments it was validated with
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    seed: int = 0  # the first seed played; the others are drawn from the source's hash
+    seeds: int = 3  # seeds the solution is played on (and the hint checked against)
+    instances: int = 2  # instances played interleaved in one worker (1: no such check)
+    trivial_seeds: int = 8  # seeds each trivial policy plays (0: no trivial-policy check)
+    max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
+    max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    env_kwargs: dict = field(default_factory=dict)
+    allowed_imports: frozenset[str] | None = None  # top-level module names; None: the standard library
+    extra_imports: tuple[str, ...] = ()  # allowed on top of the standard library, e.g. ("numpy",)
+    call_timeout_s: float = 2.0
+    total_timeout_s: float = 20.0
+    check_determinism: bool = True
+    judge: Judge | None = None
+    # The reference's validation extras (spade/core/orchestrator.py), each off by default:
+    # reset gate: seeds reset beyond ``seeds`` (the reference resets 3: criteria_throw_at_reset in
+    # spade/core/envs/synthetic_game_env.py, under SPADE_RESET_GATE=1 in cmd/tool_use); 0: no gate.
+    reset_gate_seeds: int = 0
+    # repair loop: rounds an invalid design is sent back to its designer with the failure's message
+    # (the reference's env_repair_turns, default 0; spade_rl.design.repair); the design phase runs it.
+    repair_rounds: int = 0
+    # the LLM validator: the policy reads a design that passed the battery and gives a verdict
+    # (the reference's --spade-use-env-validator; spade_rl.design.llm_validator); the design phase runs it.
+    llm_validator: LLMValidatorSettings = field(default_factory=LLMValidatorSettings)
+
+    def __post_init__(self) -> None:
+        low, high = self.reward_range
+        if not low < high:
+            raise ValueError(f"reward_range must be (low, high) with low < high, got {self.reward_range}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.call_timeout_s <= 0 or self.total_timeout_s <= 0:
+            raise ValueError("call_timeout_s and total_timeout_s must be positive")
+        for name in ("reset_gate_seeds", "repair_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+                raise ValueError(f"{name} must be a whole number from 0 (off) to 64, got {value!r}")
+        if not isinstance(self.llm_validator, LLMValidatorSettings):
+            raise ValueError(
+                f"llm_validator must be LLMValidatorSettings, got {type(self.llm_validator).__name__}"
+            )
+        if self.seeds < 1 or self.instances < 1 or self.trivial_seeds < 0:
+            raise ValueError(
+                f"seeds and instances must be at least 1 and trivial_seeds at least 0, got seeds="
+                f"{self.seeds}, instances={self.instances}, trivial_seeds={self.trivial_seeds}"
+            )
+        if not 0.0 <= self.max_trivial_win_rate <= 1.0:
+            raise ValueError(f"max_trivial_win_rate must lie in [0, 1], got {self.max_trivial_win_rate}")
+
+    def allowed(self) -> frozenset[str]:
+        base = (
+            self.allowed_imports if self.allowed_imports is not None else frozenset(sys.stdlib_module_names)
+        )
+        return base | frozenset(self.extra_imports)
+
+
+class Failed(Exception):
+    """A check of the battery failed: ``reason`` is its code (one of ``REASONS``), the message says why.
+    Raised and caught inside the battery only; ``validate_source`` turns it into the report."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason

@@ -1,0 +1,80 @@
+"""What the validation battery does with the answers of the sandbox: a call's value or its failure as
+a reason code, transcripts compared, and the seeds validation plays (drawn from the source's hash).
+
+Pure functions (no sandbox call here); :mod:`spade_rl.design.validate` runs the battery with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+from spade_rl.design.report import Failed, ValidationSettings
+from spade_rl.envs.contract import ContractViolation
+from spade_rl.sandbox import CallResult, Status
+
+
+def value_of(result: CallResult, phase: str):
+    """The value of a sandbox call, or ``Failed`` with its reason: the environment's own exception in
+    ``phase`` is ``<phase>_raised`` (an unserializable value ``<phase>_bad_type``), a failure of the
+    sandbox (timeout, crash, ...) keeps the sandbox's code."""
+    if result.ok:
+        return result.value
+    if result.status is Status.EXCEPTION:
+        reason = {"exception": f"{phase}_raised", "unserializable": f"{phase}_bad_type"}.get(
+            result.reason, result.reason
+        )
+        detail = f"{result.error_type}: {result.error}" if result.error_type else result.error
+        raise Failed(reason, f"{phase}: {detail}")
+    raise Failed(result.reason, f"{phase}: {result.error}")
+
+
+def contract(check, *args):
+    """``check(*args)`` of the environment contract, its violation as ``Failed``."""
+    try:
+        return check(*args)
+    except ContractViolation as exc:
+        raise Failed(exc.reason, str(exc)) from None
+
+
+def short(value) -> str:
+    """A value as JSON of at most 60 characters, for a message."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def canonical(transcript: list) -> str:
+    """One text per transcript (JSON, keys sorted): equal texts, equal transcripts."""
+    return json.dumps(transcript, sort_keys=True, default=repr)
+
+
+def difference(transcript: list, expected: list) -> str | None:
+    """Where two transcripts first differ ("reset", "step N", or None when they are the same)."""
+    if canonical(transcript) == canonical(expected):
+        return None
+    for index in range(max(len(transcript), len(expected))):
+        if index >= len(transcript) or index >= len(expected):
+            return f"step {index} (one transcript ends earlier)"
+        if canonical(transcript[index]) != canonical(expected[index]):
+            return "reset" if index == 0 else f"step {index}"
+    return "an unknown place"  # equal item by item, yet not as a whole: not reachable with JSON values
+
+
+def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]:
+    """``count`` distinct seeds in [0, 2**31) drawn from the source's hash, ``purpose`` and ``seed``:
+    the same source always gets the same ones (validation is reproducible), as unpredictable to an
+    environment as the seeds training draws from the run's generator."""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+    rng = random.Random(f"{purpose}:{seed}:{digest}")
+    seeds: list[int] = []
+    while len(seeds) < count:
+        drawn = rng.randrange(2**31)
+        if drawn != seed and drawn not in seeds:
+            seeds.append(drawn)
+    return seeds
+
+
+def validation_seeds(source: str, settings: ValidationSettings) -> list[int]:
+    """The seeds the solution is played on: ``settings.seed``, then ``seeds - 1`` derived ones."""
+    return [settings.seed, *derived_seeds(source, "seeds", settings.seed, settings.seeds - 1)]
