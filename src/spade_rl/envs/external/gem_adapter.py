@@ -5,7 +5,7 @@ it, appends one small ``*Env`` class naming the GEM id and its arguments, and th
 sandbox worker that preloaded ``gem`` (:mod:`spade_rl.envs.external.gem_preload`). The trusted process
 never imports GEM.
 
-What it maps (the README, "Use the environments elsewhere", has the table):
+What it maps (docs/interop.md says how the answers are taken, with the default model's figures):
 
 - observation: GEM's instructions at ``reset`` (they name the action format, ``\\boxed{...}``), and after
   a step GEM's observation, each followed by its ``suffix`` (the board or "Enter your next guess."). The
