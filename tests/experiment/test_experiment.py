@@ -332,3 +332,51 @@ def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeyp
     spec = load_experiment(write_experiment(tmp_path, MINIMAL))
     assert runner._evaluate_start(spec.arms[0].config(0), spec) == "result"
     assert calls == ["make", ("warm_up", "Policy"), "evaluate", "close"]
+
+
+def test_an_experiment_grows_by_seeds_and_arms_and_compares_what_has_finished(tmp_path):
+    """Seeds and arms added between sittings: the runs already there must be the same; the stored
+    experiment grows; --compare writes the comparison of the finished runs alone, running nothing."""
+    from spade_rl.experiment import compare_finished, runner
+    from spade_rl.experiment.spec import start_key
+
+    folder = tmp_path / "out"
+    first = load_experiment(
+        write_experiment(tmp_path, MINIMAL.replace("[experiment]", "[experiment]\nname = 'g'\nseeds = [0]"))
+    )
+    runner._claim(folder, first)
+    grown_body = MINIMAL.replace("[experiment]", "[experiment]\nname = 'g'\nseeds = [0, 1]") + "[arms.c]\n"
+    grown = load_experiment(write_experiment(tmp_path, grown_body, "grown.toml"))
+    runner._claim(folder, grown)
+    stored = json.loads((folder / "experiment.json").read_text())
+    assert stored["seeds"] == [0, 1] and sorted(stored["arms"]) == ["a", "b", "c"]
+    assert sorted(stored["arms"]["a"]) == ["0", "1"]
+    runner._claim(folder, first)  # the first file again: a part of what is stored, still the same
+    changed = MINIMAL.replace("[experiment]", "[experiment]\nname = 'g'\nseeds = [0, 1]").replace(
+        'overrides = ["design.memory=false"]', 'overrides = ["design.grounding=false"]'
+    )
+    with pytest.raises(ExperimentError, match=r"differs in arms.b.0.design.grounding"):
+        runner._claim(folder, load_experiment(write_experiment(tmp_path, changed, "changed.toml")))
+
+    with pytest.raises(ExperimentError, match=r"no run of g has finished"):
+        compare_finished(grown, folder)
+    # Two runs finished (a/0, b/0), one interrupted (a/1: no done.json), the rest never started.
+    config = grown.arm("a").config(0, grown.evaluation)
+    start = folder / "start" / f"{start_key(config, grown.evaluation)}.json"
+    start.parent.mkdir(parents=True)
+    result([True] + [False] * 9, "base").write(start)
+    for arm, seed, done in (("a", 0, True), ("b", 0, True), ("a", 1, False)):
+        run_dir = folder / "arms" / arm / f"seed-{seed}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "agent/win_rate": 0.5}) + "\n")
+        result([True] * 4 + [False] * 6, arm).write(run_dir / "end-eval.json")
+        if done:
+            done_data = {"iterations": 1, "train_seconds": 2.0, "stopped_by": "iterations"}
+            (run_dir / "done.json").write_text(json.dumps(done_data))
+    outcome = compare_finished(grown, folder)
+    rows = outcome.comparison["suites"]["envs"]["rows"]
+    assert [(r["arm"], r["seed"]) for r in rows] == [("a", 0), ("b", 0)]
+    assert outcome.comparison_md.exists() and (folder / "comparison.json").exists()
+    done = cli("experiment", str(tmp_path / "grown.toml"), "--out", str(folder), "--compare")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "comparison:" in done.stdout and not (folder / "arms" / "c").exists()  # nothing was run

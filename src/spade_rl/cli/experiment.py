@@ -1,5 +1,9 @@
-"""``spade-rl experiment FILE.toml [--out DIR] [--check]``: arms (baselines, ablations) run with one budget
-and compared on held-out suites."""
+"""``spade-rl experiment FILE.toml [--out DIR] [--check | --compare]``: arms (baselines, ablations) run with
+one budget and compared on held-out suites.
+
+Running it again on the same folder resumes; seeds and arms may be added to the file between sittings
+(the runs already there must not change), and ``--compare`` writes the comparison of whatever has
+finished without running anything."""
 
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ def experiment(
     ),
     check: bool = typer.Option(
         False, "--check", help="Check the file and every arm's configuration, run nothing."
+    ),
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Run nothing: write the comparison and the figure of the runs that have finished in --out.",
     ),
 ) -> None:
     """Run several arms (configurations of the loop) with one budget and compare them on held-out suites."""
@@ -47,10 +56,16 @@ def experiment(
     if check:
         console.print("every arm's configuration is valid; nothing run (--check)")
         return
-    from spade_rl.experiment import run_experiment
+    from spade_rl.experiment import compare_finished, run_experiment
+
+    def say(message: str) -> None:
+        console.print(escape(message), highlight=False)
 
     try:
-        outcome = run_experiment(spec, folder, progress=lambda m: console.print(escape(m), highlight=False))
+        if compare:
+            outcome = compare_finished(spec, folder, progress=say)
+        else:
+            outcome = run_experiment(spec, folder, progress=say)
     except (ExperimentError, ConfigError, CorpusError, PolicyError, SandboxUnavailable) as exc:
         raise fail(str(exc)) from None
     console.print(

@@ -13,7 +13,7 @@ Baselines and ablations are not separate code: each arm is a configuration of th
 :mod:`.runner`, the comparison in :mod:`.compare`, the figure in :mod:`.figure`.
 """
 
-from spade_rl.experiment.runner import Outcome, RunRecord, run_experiment
+from spade_rl.experiment.runner import Outcome, RunRecord, compare_finished, run_experiment
 from spade_rl.experiment.spec import Arm, Budget, Experiment, ExperimentError, load_experiment
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ExperimentError",
     "Outcome",
     "RunRecord",
+    "compare_finished",
     "load_experiment",
     "run_experiment",
 ]

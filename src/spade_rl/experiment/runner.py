@@ -67,10 +67,8 @@ class Outcome:
 
 
 def run_experiment(experiment: Experiment, folder: Path, progress: Progress | None = None) -> Outcome:
-    """Run (or resume) ``experiment`` in ``folder`` and write its comparison and figure."""
-    from spade_rl.experiment.compare import build_comparison, write_comparison
-    from spade_rl.experiment.figure import plot_curves
-
+    """Run (or resume) ``experiment`` in ``folder`` and write its comparison and figure (also after each
+    finished run, of the runs finished so far)."""
     say = progress or (lambda message: log.info("%s", message))
     folder = Path(folder)
     _claim(folder, experiment)
@@ -80,7 +78,50 @@ def run_experiment(experiment: Experiment, folder: Path, progress: Progress | No
         records = run_arms_on_ray(experiment, folder, say)
     else:
         runs = [(arm, seed) for arm in experiment.arms for seed in experiment.seeds]
-        records = [_run_arm(experiment, arm, seed, folder, say) for arm, seed in runs]
+        records = []
+        for arm, seed in runs:
+            records.append(_run_arm(experiment, arm, seed, folder, say))
+            if len(records) < len(runs):
+                # What has finished so far, compared: an experiment stopped here (or grown later by more
+                # seeds or arms) already has its comparison of the finished runs.
+                _write_outcome(experiment, folder, records, say=None)
+    return _write_outcome(experiment, folder, records, say)
+
+
+def compare_finished(experiment: Experiment, folder: Path, progress: Progress | None = None) -> Outcome:
+    """The comparison and figure of the runs of ``experiment`` that have finished in ``folder`` (trained
+    and evaluated at the start and the end), without running anything: ``spade-rl experiment --compare``."""
+    folder = Path(folder)
+    if not (folder / "experiment.json").exists():
+        raise ExperimentError(f"{folder} holds no experiment (no experiment.json): nothing to compare")
+    _claim(folder, experiment)
+    records = finished_records(experiment, folder)
+    if not records:
+        raise ExperimentError(f"no run of {experiment.name} has finished in {folder} yet: nothing to compare")
+    return _write_outcome(experiment, folder, records, progress)
+
+
+def finished_records(experiment: Experiment, folder: Path) -> list[RunRecord]:
+    """The runs of ``experiment`` in ``folder`` that finished (done, with both evaluations), in its order."""
+    records = []
+    for arm in experiment.arms:
+        for seed in experiment.seeds:
+            config = arm.config(seed, experiment.evaluation)
+            run_dir = folder / "arms" / arm.name / f"seed-{seed}"
+            start_path = folder / "start" / f"{start_key(config, experiment.evaluation)}.json"
+            end_path = run_dir / "end-eval.json"
+            if (run_dir / "done.json").exists() and end_path.exists() and start_path.exists():
+                records.append(_record(arm.name, seed, run_dir, start_path, end_path))
+    return records
+
+
+def _write_outcome(
+    experiment: Experiment, folder: Path, records: list[RunRecord], say: Progress | None
+) -> Outcome:
+    """comparison.json, comparison.md and curves.png of ``records``."""
+    from spade_rl.experiment.compare import build_comparison, write_comparison
+    from spade_rl.experiment.figure import plot_curves
+
     comparison = build_comparison(experiment, records)
     json_path, md_path = write_comparison(comparison, folder)
     warnings: list[str] = []
@@ -90,7 +131,8 @@ def run_experiment(experiment: Experiment, folder: Path, progress: Progress | No
     except ImportError:
         warnings.append("no figure: matplotlib is not installed (pip install 'spade-rl[report]')")
         figure = None
-    say(f"comparison: {md_path}")
+    if say is not None:
+        say(f"comparison: {md_path}")
     return Outcome(folder, records, comparison, json_path, md_path, figure, warnings)
 
 
@@ -104,13 +146,26 @@ def _claim(folder: Path, experiment: Experiment) -> None:
         except (OSError, json.JSONDecodeError) as exc:
             raise ExperimentError(f"{stored} cannot be read ({exc}); pick another folder") from None
         old = _upgrade_stored(old)
-        added = _added_keys(old, resolved)
-        if _without(resolved, added) != old:
-            differences = ", ".join(_differences(old, _without(resolved, added))[:5])
+        # Seeds and arms may be added (or left out) between sittings: the runs both name must be the same.
+        old_common, new_common = _common_runs(old, resolved)
+        added = _added_keys(old_common, new_common)
+        if _without(new_common, added) != old_common:
+            differences = ", ".join(_differences(old_common, _without(new_common, added))[:5])
             raise ExperimentError(
                 f"{folder} holds a different experiment (it differs in {differences}); "
-                "pick another --out folder, or remove this one to start again"
+                "pick another --out folder, or remove this one to start again (seeds and arms may be "
+                "added to an experiment; what its runs are may not change)"
             )
+        grown = _grown(old, resolved)
+        if grown != old:
+            new_runs = sorted(
+                f"{arm}/seed-{seed}"
+                for arm, seeds in grown["arms"].items()
+                for seed in seeds
+                if seed not in old.get("arms", {}).get(arm, {})
+            )
+            log.info("%s: runs added to the experiment: %s", folder, ", ".join(new_runs) or "none")
+            _write_json(stored, grown)
         if added:
             # Keys this release added, at the values the file gives them (their defaults, since the
             # stored experiment could not name them): the same experiment, written by an older release.
@@ -125,6 +180,36 @@ def _claim(folder: Path, experiment: Experiment) -> None:
         raise ExperimentError(f"{folder} is not empty and holds no experiment; pick another --out folder")
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(stored, resolved)
+
+
+def _common_runs(old: dict, new: dict) -> tuple[dict, dict]:
+    """Both resolved experiments restricted to the arms and seeds they share (``seeds`` then compared as
+    that common set): what must not differ when an experiment grows by seeds or arms."""
+    old_arms, new_arms = old.get("arms"), new.get("arms")
+    if not (isinstance(old_arms, dict) and isinstance(new_arms, dict)):
+        return old, new
+    common = {
+        arm: sorted(set(old_arms[arm]) & set(new_arms[arm]), key=int)
+        for arm in old_arms
+        if arm in new_arms and isinstance(old_arms[arm], dict) and isinstance(new_arms[arm], dict)
+    }
+
+    def restrict(data: dict, arms: dict) -> dict:
+        seeds = sorted({int(seed) for kept in common.values() for seed in kept})
+        runs = {arm: {seed: arms[arm][seed] for seed in kept} for arm, kept in common.items()}
+        return {**data, "seeds": seeds, "arms": {arm: runs[arm] for arm in runs if runs[arm]}}
+
+    return restrict(old, old_arms), restrict(new, new_arms)
+
+
+def _grown(old: dict, new: dict) -> dict:
+    """The stored experiment with the runs of ``new`` that it does not hold yet (arms, seeds) added."""
+    arms = {arm: dict(seeds) for arm, seeds in old.get("arms", {}).items()}
+    for arm, seeds in new.get("arms", {}).items():
+        for seed, config in seeds.items():
+            arms.setdefault(arm, {}).setdefault(seed, config)
+    seeds = sorted({*old.get("seeds", []), *new.get("seeds", [])})
+    return {**old, "seeds": seeds, "arms": arms}
 
 
 def _upgrade_stored(old: dict) -> dict:
