@@ -12,7 +12,6 @@ import itertools
 import json
 import re
 import sys
-import time
 from collections import defaultdict
 
 import pytest
@@ -185,9 +184,7 @@ def test_different_seeds_give_different_instances(name):
 def test_malformed_actions_are_answered_not_raised(name):
     for action in MALFORMED:
         env, _, _ = fresh(name, 3)
-        started = time.perf_counter()
         (result,) = play(env, [action])
-        assert time.perf_counter() - started < 0.5, action[:40]
         assert result.reward == 0.0, action[:40]
         assert result.observation.strip()
 

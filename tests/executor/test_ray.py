@@ -263,9 +263,7 @@ def test_a_node_killed_mid_rollout_ends_only_its_episodes_and_play_goes_on(make_
 
     with LocalExecutor(SANDBOX) as local:
         expected = run_episodes(FakePolicy(guesser, tokenizer=tokenizer), local, specs, RolloutConfig())
-    started = time.monotonic()
     episodes = run_episodes(KillsOnTurnTwo(guesser, tokenizer=tokenizer), executor, specs, RolloutConfig())
-    assert time.monotonic() - started < 60
     on_victim = [h.actor_index == handles[0].actor_index for h in handles]
     assert 0 < sum(on_victim) < len(specs)  # the episodes were spread over both actors
     for lost, got, want in zip(on_victim, episodes, expected, strict=True):
@@ -304,15 +302,12 @@ def test_an_actor_that_stops_answering_is_declared_lost_and_replaced(make_execut
     stuck = executor.actors()[handles[0].actor_index]
     os.kill(stuck["pid"], signal.SIGSTOP)  # alive to Ray, but it answers nothing
     try:
-        started = time.monotonic()
         results = executor.call_many([(h, "reset", {"seed": 1}) for h in handles], 1.0)
-        elapsed = time.monotonic() - started
     finally:
         try:
             os.kill(stuck["pid"], signal.SIGCONT)
         except ProcessLookupError:
             pass
-    assert elapsed < 15
     for handle, result in zip(handles, results, strict=True):
         if handle.actor_index == stuck["index"]:
             assert result.reason == "worker_lost" and "did not answer within" in result.error, result
