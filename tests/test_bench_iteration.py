@@ -44,6 +44,7 @@ def test_one_iteration_times_every_phase(bench, tiny_dir: Path) -> None:
     assert result["iteration_s"] >= sum(v for k, v in phases.items() if k != "transcripts and metrics") * 0.99
 
 
+@pytest.mark.slow
 def test_generation_gives_both_sides_the_same_work(bench, tiny_dir: Path) -> None:
     result = bench.generation([1, 3], 5, None, [f"policy.model='{tiny_dir}'"])
     assert [r["batch"] for r in result["rows"]] == [1, 3]

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from spade_rl.envs import reference
 
 
+@pytest.mark.slow
 def test_envs_validate_json_on_references_and_files(spade, tmp_path):
     broken = tmp_path / "broken_env.py"
     broken.write_text("class BrokenEnv(:\n")

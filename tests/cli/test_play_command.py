@@ -6,6 +6,8 @@ The model's side of `spade-rl play` is `rollout.run_episodes` with a live displa
 
 from __future__ import annotations
 
+import pytest
+
 from fixture_envs import PARITY
 from spade_rl.cli import app
 
@@ -47,6 +49,7 @@ def test_a_broken_environment_or_a_missing_hint_is_a_clean_error(runner, clean_f
     clean_failure(runner.invoke(app, ["play", "guess", "--human", "--hint"]), "--hint needs a hint")
 
 
+@pytest.mark.slow
 def test_a_model_plays_with_the_forced_opening_unless_told_not_to(runner):
     args = ["play", "guess", "--model", "tiny-random", "--max-turns", "1", "--max-new-tokens", "3"]
     forced = runner.invoke(app, [*args, "--temperature", "0"])

@@ -58,6 +58,7 @@ def test_hostile_designs_are_invalid(pool, path):
     assert not report.valid and report.reason not in ("", "ok"), report
 
 
+@pytest.mark.slow
 def test_design_phase_records_every_verdict(pool, tmp_path):
     texts = [as_designer_output(p.read_text()) for p in DESIGNS] + ["I would rather not write code."]
     # FakePolicy without a tokenizer counts bytes as tokens: leave room for the longest design.
@@ -102,6 +103,7 @@ def spade(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_design_from_jsonl_then_list_show_export_import(tmp_path):
     outputs = tmp_path / "outputs.jsonl"
     picked = [

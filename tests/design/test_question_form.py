@@ -110,6 +110,7 @@ def test_prompt_shows_the_document_the_example_and_the_skill():
     assert "Bees" not in question_designer_chat("", "math", kits.EXAMPLES["math"])[1]["content"]
 
 
+@pytest.mark.slow
 def test_design_phase_forces_the_opening_and_stops_at_the_block(pool, tmp_path):
     """Through the token path: the policy continues the forced opening; the text it returns is the
     rest of the class, and a stop string ends the block."""

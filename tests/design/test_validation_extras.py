@@ -64,6 +64,7 @@ def test_reset_gate_refuses_an_environment_that_ignores_its_seed(pool):
     assert "3 different seeds" in report.message
 
 
+@pytest.mark.slow
 def test_reset_gate_passes_environments_drawn_from_their_seed(pool):
     gate = ValidationSettings(**{**GAMES.__dict__, "reset_gate_seeds": 3})
     report = validate_source(pool, PARITY, gate)

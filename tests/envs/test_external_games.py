@@ -171,6 +171,7 @@ def test_gem_mastermind_pays_partial_pegs_but_only_a_solved_code_wins(games_sand
         env.close()
 
 
+@pytest.mark.slow
 @needs_gem
 def test_interleaved_instances_draw_what_they_draw_alone(games_sandbox):
     """2048 places a random tile after every move: each instance keeps its own RNG state."""

@@ -356,6 +356,7 @@ def test_options_are_checked():
     assert get_suite("bfcl", categories="irrelevance,irrelevance").options["categories"] == ("irrelevance",)
 
 
+@pytest.mark.slow
 def test_conversations_too_long_for_the_context_are_scored_without_generating(pool):
     entries = select(load_category("multi_turn_base"), 2, 0, "multi_turn_base")
     entries += select(load_category("simple_python"), 2, 0, "simple_python")

@@ -136,6 +136,7 @@ def test_garbage_is_scored_not_crashed(pool):
     assert again.correct == 0 and again.n == result.n
 
 
+@pytest.mark.slow
 def test_a_hanging_scorer_is_killed_and_scoring_goes_on(pool):
     """coin_flip's scorer computes Fraction("1e999999999"), which never finishes: the item is scored 0
     with the reason, the worker is replaced, and the next items are scored normally."""

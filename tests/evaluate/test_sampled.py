@@ -333,6 +333,7 @@ def test_experiment_tables_show_pass_at_k():
     assert "Evaluation (greedy," in text and "pass@k" not in text
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_a_sampled_result(monkeypatch, tokenizer, tmp_path):
     from spade_rl import cli
 

@@ -28,6 +28,7 @@ def test_registered_with_its_options_checked():
         get_suite("textarena", games="")
 
 
+@pytest.mark.slow
 def test_scripted_policies_win_tower_of_hanoi_and_lose_at_garbage(pool, tokenizer):
     def hanoi(chat: list[dict]) -> str:
         moves_made = chat[-1]["content"].count("You moved disk")

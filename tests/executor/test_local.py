@@ -66,6 +66,7 @@ def test_validate_many_gives_the_batterys_reports_in_order(executor):
     assert [r.reason for r in reports] == ["ok", "reward_not_finite", "syntax_error"]
 
 
+@pytest.mark.slow
 def test_rollouts_run_through_the_executor(executor):
     policy = FakePolicy(lambda chat: "\\boxed{50}", tokenizer=default_tokenizer())
     specs = [EpisodeSpec(reference.source("guess"), seed=s) for s in range(3)]
@@ -86,6 +87,7 @@ def test_as_executor_wraps_a_pool_without_owning_it():
         as_executor("pool")
 
 
+@pytest.mark.slow
 def test_judge_on_the_driver_matches_the_battery():
     rejecting = ValidationSettings(judge=lambda source, hint: (False, "too easy"))
     accepting = ValidationSettings(judge=lambda source, hint: (True, ""))

@@ -334,6 +334,7 @@ def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeyp
     assert calls == ["make", ("warm_up", "Policy"), "evaluate", "close"]
 
 
+@pytest.mark.slow
 def test_an_experiment_grows_by_seeds_and_arms_and_compares_what_has_finished(tmp_path):
     """Seeds and arms added between sittings: the runs already there must be the same; the stored
     experiment grows; --compare writes the comparison of the finished runs alone, running nothing."""

@@ -79,6 +79,7 @@ def test_arms_run_side_by_side_on_the_cluster_nodes(cluster, tmp_path):
     assert [r.where for r in again.records] == [r.where for r in outcome.records]
 
 
+@pytest.mark.slow
 def test_an_arm_no_node_can_hold_is_refused_before_anything_runs(cluster, tmp_path):
     with pytest.raises(ExperimentError, match=r"no node of the Ray cluster has 4 CPU and 0 GPU for an arm"):
         run_experiment(experiment(tmp_path, cpus=4), tmp_path / "out")

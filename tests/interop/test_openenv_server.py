@@ -233,6 +233,7 @@ def test_http_endpoints_follow_openenv_and_refuse_clearly(served):
         assert response.status_code == status and message in response.json()["detail"], response.text
 
 
+@pytest.mark.slow
 def test_sessions_are_bounded_and_idle_ones_are_closed(tmp_path):
     server = Served(tmp_path, "guess", "--max-sessions", "2", "--idle-timeout", "1")
     try:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import random
 
+import pytest
 import torch
 
 from spade_rl.loop.config import load_config
@@ -72,6 +73,7 @@ def write_pool(path):
     path.write_text(json.dumps(entry) + "\n")
 
 
+@pytest.mark.slow
 def test_the_update_alone_drives_one_game_to_90_percent_wins(tmp_path):
     pool = tmp_path / "vowel.jsonl"
     write_pool(pool)

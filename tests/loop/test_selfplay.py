@@ -24,6 +24,7 @@ from spade_rl.loop.run import SelfPlay
 from spade_rl.policy import tiny_random_model
 
 
+@pytest.mark.slow
 def test_two_iterations_train_both_roles(tmp_path):
     model, tokenizer = tiny_random_model(seed=0)
     roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 2)
@@ -222,6 +223,7 @@ TURNS = PARITY.replace(
 ).replace("ParityEnv", "TurnsEnv")
 
 
+@pytest.mark.slow
 def test_played_environments_get_the_constructor_arguments_they_were_validated_with(tmp_path):
     """Validation gives max_turns (the run's turn limit) and the pool's extra arguments; every play
     of the environment, in the loop and after a resume, gets exactly those (not its defaults)."""

@@ -72,6 +72,7 @@ def test_the_levers_are_refused_with_what_is_allowed():
         load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=8"])
 
 
+@pytest.mark.slow
 def test_a_fixed_pool_run_with_every_lever_through_the_real_sandbox(tmp_path):
     """The tiny model through the real sandbox and TRL: no hint plays, one seed per group, the pool drawn
     with replacement (more groups than environments), steps of one group, two epochs."""

@@ -53,6 +53,7 @@ def test_examples_are_the_design_phase_prompt_and_a_closed_block():
     assert examples == warmup_examples(WarmupConfig(designs=6), design, Corpus.from_config())  # seeded
 
 
+@pytest.mark.slow
 def test_warm_up_trains_the_model_and_is_found_in_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
     config = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3)
@@ -90,6 +91,7 @@ def test_warm_up_refuses_what_it_cannot_train():
     assert not WarmupConfig().enabled  # off unless asked for
 
 
+@pytest.mark.slow
 def test_the_cpu_default_mechanisms_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     """Warm-up, designs in the question form written by the model itself through the forced opening,
     validation in the real sandbox, answer-first turns, and a GRPO update: one iteration of the CPU
@@ -122,6 +124,7 @@ def test_the_cpu_default_mechanisms_end_to_end_with_a_tiny_model(tmp_path, monke
     assert metrics["agent/envs"] >= 1
 
 
+@pytest.mark.slow
 def test_the_warm_up_renders_the_prompts_with_the_designers_thinking_switch(tmp_path, monkeypatch):
     """design.thinking = "off" on a template with the switch: the warm-up trains on the prompts the design
     phase renders (their empty think block included), in a cache entry of its own."""

@@ -102,6 +102,7 @@ def test_value_count_is_bounded_before_decoding():
     assert protocol.count_bound(b'["a,b\\",c", 1, {"k": [2, 3]}]') == 8  # commas inside text do not count
 
 
+@pytest.mark.slow
 @given(RESET, STEP)
 @settings(max_examples=300, deadline=None)
 def test_contract_checks_answer_a_verdict(reset_value, step_value):
@@ -155,6 +156,7 @@ def as_json(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+@pytest.mark.slow
 @given(RESET, st.lists(STEP, min_size=1, max_size=3))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_validator_rollout_and_archive_never_raise(pool, archive, policy, reset_value, steps):
