@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spade_rl.design import ValidationSettings, validate_source
+from spade_rl.design.answers import common_answer
+from spade_rl.design.transcripts import probed_instances
 from spade_rl.envs import reference
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
@@ -15,26 +17,41 @@ def pool():
         yield p
 
 
+# The word to say depends on the seed: one answer at every seed would be refused (answer_replay_wins).
 GOOD = """
 class GoodEnv:
     def __init__(self, max_turns=3):
         self.max_turns = max_turns
     def reset(self, seed=None):
         self.turn = 0
+        self.word = ("go", "run", "sit", "hop", "fly", "dig")[(seed or 0) % 6]
         return "say leave", {}
     def step(self, action):
         self.turn += 1
-        won = action.strip() == "go"
+        won = action.strip() == self.word
         out = self.turn >= self.max_turns and not won
         return ("won" if won else "no"), (1.0 if won else 0.0), won, out, {}
     def solution(self):
-        return "go"
+        return self.word
 """
 
 
 def broken(old: str, new: str) -> str:
     assert old in GOOD
     return GOOD.replace(old, new)
+
+
+def rigged_after(count: int) -> str:
+    """GOOD, but every action wins from instance ``count + 1`` of an interpreter on (a class attribute
+    counts them), as a worker stacks training's episodes."""
+    counting = broken(
+        "self.max_turns = max_turns",
+        f"self.max_turns = max_turns\n        GoodEnv.made = getattr(GoodEnv, 'made', 0) + 1\n"
+        f"        self.rigged = GoodEnv.made > {count}",
+    )
+    return counting.replace(
+        "won = action.strip() == self.word", "won = self.rigged or action.strip() == self.word"
+    )
 
 
 @pytest.mark.parametrize("name", reference.NAMES)
@@ -44,7 +61,8 @@ def test_reference_environments_are_valid(pool, name):
     assert report.reason == "ok"
     assert report.checks == [
         "static", "instantiates", "reset_types", "solution_types", "solution_wins",
-        "malformed_actions", "terminates", "deterministic", "instances", "trivial_policies",
+        "malformed_actions", "terminates", "deterministic", "instances", "stacked_instances",
+        "trivial_policies", "answer_replay",
     ]  # fmt: skip
     assert report.solution_turns >= 1 and set(report.timings) == set(report.checks)
 
@@ -55,24 +73,27 @@ CASES = {
     "multiple_env_classes": GOOD + "\nclass OtherEnv:\n    pass\n",
     "load_raised": "raise ImportError('nope')\n" + GOOD,
     "init_raised": broken("self.max_turns = max_turns", "self.max_turns = 1 / 0"),
-    "reset_raised": broken('self.turn = 0\n        return "say leave", {}', "raise KeyError('x')"),
+    "reset_raised": broken('self.turn = 0', "raise KeyError('x')"),
     "reset_bad_type": broken('return "say leave", {}', 'return "say leave"'),
     "step_raised": broken("self.turn += 1", "self.turn += None"),
     "step_bad_type": broken('return ("won" if won else "no"),', "return 5,"),
     "reward_not_finite": broken("(1.0 if won else 0.0)", "float('nan')"),
     "reward_out_of_range": broken("(1.0 if won else 0.0)", "(2.0 if won else 0.0)"),
-    "solution_bad_type": broken('return "go"', "return 42"),
-    "solution_raised": broken('return "go"', "raise RuntimeError('no solution')"),
+    "solution_bad_type": broken("return self.word", "return 42"),
+    "solution_raised": broken("return self.word", "raise RuntimeError('no solution')"),
     "timeout": broken("self.turn += 1", "while True: pass"),
     "crashed": broken("self.turn += 1", "import os; os._exit(1)"),
     "disallowed_import": "import numpy\n" + GOOD,
-    "solution_does_not_win": broken('return "go"', 'return "stop"'),
+    "solution_does_not_win": broken("return self.word", 'return "stop"'),
     "never_terminates": broken("self.turn >= self.max_turns and not won", "False"),
     "nondeterministic": broken(
         'return "say leave", {}',
         'import random\n        return f"say leave {random.random()}", {}',
     ),
-}
+    # "go" at two seeds in three: a constant "go" wins most episodes without reading anything
+    "answer_replay_wins": broken('[(seed or 0) % 6]', '[(seed or 0) % 6 // 4]'),
+    "instance_dependent": rigged_after(4),  # from the fifth instance of a worker on, every action wins
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("reason", CASES)
@@ -106,14 +127,14 @@ def test_nondeterminism_is_caught(pool, name):
 
 
 def test_solution_that_ends_without_winning(pool):
-    loses = broken('won = action.strip() == "go"', "won = False")
+    loses = broken("won = action.strip() == self.word", "won = False")
     report = validate_source(pool, loses)
     assert report.reason == "solution_does_not_win" and "did not end after 1 steps" in report.message
 
 
 def test_hint_leak_and_judge(pool):
-    boxed = broken('return "go"', 'return "\\\\boxed{go}"').replace(
-        'action.strip() == "go"', '"go" in action'
+    boxed = broken("return self.word", 'return "\\\\boxed{" + self.word + "}"').replace(
+        "action.strip() == self.word", "self.word in action"
     )
     assert validate_source(pool, boxed, hint="Try saying something short.").valid
     leaking = validate_source(pool, boxed, hint="The answer is go.")
@@ -156,6 +177,31 @@ def test_settings_pass_kwargs_and_range(pool):
         "def __init__(self):\n        self.max_turns = 3",
     )
     assert validate_source(pool, fixed).valid
+
+
+def test_common_answer_is_the_most_frequent_final_answer():
+    solutions = [["a", "\\boxed{No}"], ["\\boxed{yes}"], ["\\boxed{ no }"], ["x", "y", "\\boxed{NO}"]]
+    assert common_answer(solutions) == ("\\boxed{No}", 3)  # answers compared ignoring case and spaces
+    assert common_answer([["1"], ["2"]]) == ("1", 1)  # a tie: the first
+    assert common_answer([]) == ("", 0)
+
+
+def test_probed_instances_meet_any_counter_within_twice_its_count():
+    assert probed_instances(3, 256) == [3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 255, 256]
+    assert probed_instances(1, 2) == [1, 2]
+    assert probed_instances(5, 4) == []
+    for turn in range(3, 257):  # an environment rigged from instance `turn` on is played rigged soon
+        assert min(n for n in probed_instances(3, 256) if n >= turn) < 2 * turn
+
+
+def test_stacked_instances_follow_the_sandbox(pool):
+    """A worker is filled to the sandbox's episodes_per_worker, or to stacked_instances when set."""
+    counted = rigged_after(40)
+    report = validate_source(pool, counted)
+    assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
+    assert validate_source(pool, counted, ValidationSettings(stacked_instances=40)).valid
+    with pytest.raises(ValueError, match="stacked_instances"):
+        ValidationSettings(stacked_instances=-1)
 
 
 def test_pool_survives_a_run_of_failures(pool):

@@ -973,6 +973,24 @@ def test_rewards_anything():
     assert validate_attack("rewards_anything").reason == "malformed_action_wins"
 
 
+def test_instance_counter():
+    """Fair in an interpreter's first instance, every later one won whatever the agent does."""
+    report = validate_attack("instance_counter")
+    assert report.reason == "instance_dependent" and "malformed action" in report.message, report
+
+
+def test_late_instance_counter():
+    """Rigged from the 41st instance of a worker on: validation stacks as many as training does."""
+    report = validate_attack("late_instance_counter")
+    assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
+
+
+def test_mostly_no():
+    """The answer is "No" at about 80% of seeds: the most common answer of other seeds, as a constant."""
+    report = validate_attack("mostly_no")
+    assert report.reason == "answer_replay_wins" and '"\\\\boxed{No}"' in report.message, report
+
+
 def test_hint_leak_later_seed():
     report = validate_attack("hint_leak_later_seed", attack_hint("hint_leak_later_seed"))
     assert report.reason == "hint_leaks_answer" and "'42'" in report.message, report

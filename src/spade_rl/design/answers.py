@@ -1,5 +1,6 @@
 """The text checks of the validation battery: what a final action answers, whether a hint names that
-answer, and the actions of the trivial policies that a valid environment must not let win.
+answer, and the actions of the trivial and answer-replay policies that a valid environment must not
+let win.
 
 Pure functions of strings, linear in their inputs (an environment chooses the texts: no regular
 expression here can backtrack without bound). ``spade_rl.design.validate`` runs them.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
+from collections.abc import Sequence
 
 _NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,6})?(?!\.?\d)")
 _WORD = re.compile(r"[^\W\d_]{1,12}")
@@ -51,6 +54,21 @@ def trivial_actions(observation: str, seed: int, max_turns: int) -> dict[str, li
     random.Random(seed).shuffle(candidates)
     policies["random answers"] = [wrap % c for c in candidates[:max_turns]]
     return policies
+
+
+def common_answer(solutions: Sequence[Sequence[str]]) -> tuple[str, int]:
+    """The final action whose answer (:func:`final_answer`, ignoring case) is the most common among
+    ``solutions`` (the actions of ``solution()`` at several seeds), the first of them on a tie, and
+    how many solutions end with that answer; ``("", 0)`` without solutions.
+
+    Played at other seeds as a constant it is the answer-replay policy: a task whose answer is the
+    same word on most seeds is won by it without being read."""
+    finals = [actions[-1] for actions in solutions if actions]
+    if not finals:
+        return "", 0
+    counts = Counter(final_answer(action).lower() for action in finals)
+    most = max(counts.values())
+    return next(action for action in finals if counts[final_answer(action).lower()] == most), most
 
 
 def final_answer(action: str) -> str:

@@ -22,7 +22,7 @@ REASONS = frozenset(
         "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range",
         "solution_does_not_win", "malformed_action_wins", "never_terminates", "instance_dependent",
         "nondeterministic", "hint_leaks_answer", "trivial_policy_wins", "judge_rejected", "timeout",
-        "same_instance_every_seed", "step_check_raises",
+        "same_instance_every_seed", "step_check_raises", "answer_replay_wins",
         "crashed", "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
     }
 )  # fmt: skip
@@ -50,8 +50,17 @@ class ValidationSettings:
     seed: int = 0  # the first seed played; the others are drawn from the source's hash
     seeds: int = 3  # seeds the solution is played on (and the hint checked against)
     instances: int = 2  # instances played interleaved in one worker (1: no such check)
-    trivial_seeds: int = 8  # seeds each trivial policy plays (0: no trivial-policy check)
+    # Instances made one after another in one worker, some of them played (design.transcripts.
+    # probed_instances): None, as many as the sandbox lets a worker make (SandboxConfig.
+    # episodes_per_worker), as training stacks episodes on a warm worker; ``instances`` or fewer: no check.
+    stacked_instances: int | None = None
+    trivial_seeds: int = 8  # seeds each trivial and answer-replay policy plays (0: neither check)
+    answer_seeds: int = 16  # seeds whose solutions give the answer the answer replay plays (0: no such check)
     max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
+    # The largest share of them the answer replay's constant may win: "the same answer on most seeds".
+    # (At max_trivial_win_rate it would refuse every question of three options, the kit's own example
+    # of optimisation and two families of the warm-up's synthetic designs among them.)
+    max_answer_replay_win_rate: float = 0.5
     max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
     reward_range: tuple[float, float] = (0.0, 1.0)
     env_kwargs: dict = field(default_factory=dict)
@@ -88,13 +97,18 @@ class ValidationSettings:
             raise ValueError(
                 f"llm_validator must be LLMValidatorSettings, got {type(self.llm_validator).__name__}"
             )
-        if self.seeds < 1 or self.instances < 1 or self.trivial_seeds < 0:
+        if self.seeds < 1 or self.instances < 1 or self.trivial_seeds < 0 or self.answer_seeds < 0:
             raise ValueError(
-                f"seeds and instances must be at least 1 and trivial_seeds at least 0, got seeds="
-                f"{self.seeds}, instances={self.instances}, trivial_seeds={self.trivial_seeds}"
+                f"seeds and instances must be at least 1, trivial_seeds and answer_seeds at least 0, got "
+                f"seeds={self.seeds}, instances={self.instances}, trivial_seeds={self.trivial_seeds}, "
+                f"answer_seeds={self.answer_seeds}"
             )
-        if not 0.0 <= self.max_trivial_win_rate <= 1.0:
-            raise ValueError(f"max_trivial_win_rate must lie in [0, 1], got {self.max_trivial_win_rate}")
+        stacked = self.stacked_instances
+        if stacked is not None and (isinstance(stacked, bool) or not isinstance(stacked, int) or stacked < 0):
+            raise ValueError(f"stacked_instances must be None or a whole number >= 0, got {stacked!r}")
+        for name in ("max_trivial_win_rate", "max_answer_replay_win_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
 
     def allowed(self) -> frozenset[str]:
         base = (

@@ -1,5 +1,6 @@
 """What the validation battery does with the answers of the sandbox: a call's value or its failure as
-a reason code, transcripts compared, and the seeds validation plays (drawn from the source's hash).
+a reason code, transcripts compared, the seeds validation plays (drawn from the source's hash) and the
+instances of one worker it plays.
 
 Pure functions (no sandbox call here); :mod:`spade_rl.design.validate` runs the battery with them.
 """
@@ -59,6 +60,15 @@ def difference(transcript: list, expected: list) -> str | None:
         if canonical(transcript[index]) != canonical(expected[index]):
             return "reset" if index == 0 else f"step {index}"
     return "an unknown place"  # equal item by item, yet not as a whole: not reachable with JSON values
+
+
+def probed_instances(first: int, last: int) -> list[int]:
+    """The instance numbers in ``[first, last]`` that the stacked-instance check plays (the others are
+    only made and closed): every power of two and the number after it (both parities at every scale),
+    and the last two. A counter that turns an environment from honest to rigged at any count is met
+    before twice that count, and one that rigs every other instance at once."""
+    numbers = {n for k in range(max(last, 1).bit_length() + 1) for n in (2**k, 2**k + 1)} | {last - 1, last}
+    return sorted(n for n in numbers if first <= n <= last)
 
 
 def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]:

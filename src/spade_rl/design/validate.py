@@ -34,6 +34,12 @@ Checks, in order (the first failure decides the verdict):
 - ``instance_dependent``: a second instance created in the same worker, played interleaved with the
   first as training plays several episodes in one worker, gives the same transcripts (catches class
   attributes and module globals shared between instances, and code honest only for the first one);
+  then instances are made one after another in that worker up to as many as training stacks on a
+  warm worker before the sandbox retires it (``stacked_instances``, by default the sandbox's
+  ``episodes_per_worker``), and those numbered by ``transcripts.probed_instances`` (each power of two
+  and the number after it, and the last two) replay a solution and the malformed actions with the
+  first instance's transcripts (catches a class-level instance counter that rigs the reward, one way
+  or the other, from any count on);
 - ``hint_leaks_answer``: the hint, when given, does not contain the final answer of any seed played
   (unless it is one answer at every seed that every first observation states: the tool kit's "done"
   of a stepped task is no secret);
@@ -41,6 +47,11 @@ Checks, in order (the first failure decides the verdict):
   answers drawn at random from the numbers and words of the first observation, in the format it
   asks for) wins more than ``max_trivial_win_rate`` of ``trivial_seeds`` seeds (15% by default, as
   the reference implementation refuses what random guessing wins);
+- ``answer_replay_wins``: the cross-seed answer replay: the most common final answer of the solutions
+  at ``answer_seeds`` seeds, played as a constant at the trivial policies' seeds (other seeds than
+  those it came from), wins at most ``max_answer_replay_win_rate`` of them (half by default: a task
+  whose answer is the same word on most seeds is won without being read; a question of three
+  options, whose constant wins a third, is left to the designer's reward);
 - ``judge_rejected``: an optional judge (for example an LLM) accepts it; off by default;
 - sandbox failures during any call: ``timeout``, ``crashed``, ``memory``, ``output_too_large``,
   ``protocol_error``, ``worker_lost``; ``validation_timeout`` when the whole battery runs past its
@@ -60,7 +71,7 @@ from __future__ import annotations
 
 import time
 
-from spade_rl.design.answers import final_answer, leaked_answer, trivial_actions
+from spade_rl.design.answers import common_answer, final_answer, leaked_answer, trivial_actions
 from spade_rl.design.report import (
     MALFORMED_ACTIONS,
     REASONS,
@@ -81,6 +92,7 @@ from spade_rl.design.transcripts import (
     contract,
     derived_seeds,
     difference,
+    probed_instances,
     short,
     validation_seeds,
     value_of,
@@ -120,10 +132,13 @@ class _Battery:
         now = time.perf_counter()
         self.report.checks.append(check)
         self.report.timings[check] = now - since
-        if now - self.started > self.settings.total_timeout_s:
+        self.within_budget(f"after {check}")
+
+    def within_budget(self, where: str) -> None:
+        if time.perf_counter() - self.started > self.settings.total_timeout_s:
             raise Failed(
                 "validation_timeout",
-                f"validation took over its budget of {self.settings.total_timeout_s} s (after {check})",
+                f"validation took over its budget of {self.settings.total_timeout_s} s ({where})",
             )
 
     def open(self, kwargs: dict, fresh_worker: bool = False, beside: EnvHandle | None = None) -> EnvHandle:
@@ -131,6 +146,10 @@ class _Battery:
         handle = value_of(opened, "open")
         self.handles.append(handle)
         return handle
+
+    def discard(self, handle: EnvHandle) -> None:
+        handle.close()
+        self.handles.remove(handle)
 
     def reset(self, env: EnvHandle, seed: int) -> list:
         value = value_of(env.reset(seed, self.settings.call_timeout_s), "reset")
@@ -227,9 +246,10 @@ class _Battery:
             self.passed("reset_gate", t)
 
         t = time.perf_counter()
+        malformed: dict[str, list] = {}
         for action in MALFORMED_ACTIONS:
-            self.reset(env, seeds[0])
-            if self.won(self.step(env, action)):
+            transcript = malformed[action] = self.play(env, seeds[0], [action])
+            if self.won(transcript[-1]):
                 raise Failed("malformed_action_wins", f"the malformed action {action!r} wins the episode")
         self.passed("malformed_actions", t)
 
@@ -273,6 +293,12 @@ class _Battery:
                         )
             self.passed("instances", t)
 
+        if self.stack_depth() > s.instances:
+            t = time.perf_counter()
+            replays = {seed: (solutions[seed], transcripts[seed]) for seed in seeds}
+            self.stacked_instances(env, kwargs, replays, seeds[0], malformed)
+            self.passed("stacked_instances", t)
+
         if self.hint:
             t = time.perf_counter()
             # One answer at every seed that the task itself states is no secret (a tool kit's "done").
@@ -291,6 +317,11 @@ class _Battery:
             t = time.perf_counter()
             self.trivial_policies(env)
             self.passed("trivial_policies", t)
+
+        if s.trivial_seeds and s.answer_seeds:
+            t = time.perf_counter()
+            self.answer_replay(env)
+            self.passed("answer_replay", t)
 
         if s.judge is not None:
             t = time.perf_counter()
@@ -323,6 +354,74 @@ class _Battery:
                 f"the check of step {short(raising[0])} raises on the initial state at every one of "
                 f"{len(seeds)} seeds (the reset gate): it can never be met; make the check read only "
                 "what make() set up",
+            )
+
+    def stack_depth(self) -> int:
+        """Instances the stacked-instance check fills one worker with (see ``stacked_instances``)."""
+        depth = self.settings.stacked_instances
+        return self.sandbox.config.episodes_per_worker if depth is None else depth
+
+    def stacked_instances(
+        self,
+        env: EnvHandle,
+        kwargs: dict,
+        replays: dict[int, tuple[list[str], list]],
+        malformed_seed: int,
+        malformed: dict[str, list],
+    ) -> None:
+        """Instances made one after another in the worker of ``env``, up to ``stack_depth`` (by default
+        as many as training stacks on a warm worker before the sandbox retires it), so that a class
+        attribute counting instances sees every count training will show it. Those numbered by
+        ``probed_instances`` replay a seed's solution (``replays``: seed -> (actions, the first
+        instance's transcript)) and each malformed action, and must give the first instance's
+        transcripts (``instance_dependent``); the others are made and closed."""
+        depth = self.stack_depth()
+        probed = set(probed_instances(env.worker_instances + 1, depth))
+        seeds = list(replays)
+        while env.worker_instances < depth:
+            other = self.open(kwargs, beside=env)
+            number = env.worker_instances
+            if number in probed:
+                seed = seeds[number % len(seeds)]
+                plays = [(seed, *replays[seed], "solution()")] + [
+                    (malformed_seed, [a], transcript, f"the malformed action {a!r}")
+                    for a, transcript in malformed.items()
+                ]
+                for seed, actions, expected, what in plays:
+                    where = difference(self.play(other, seed, actions), expected)
+                    if where is not None:
+                        raise Failed(
+                            "instance_dependent",
+                            f"instance {number} made in one worker (training stacks up to {depth} on a warm "
+                            f"worker) differs from the first one playing {what} at seed {seed}, at {where}",
+                        )
+            self.discard(other)
+            self.within_budget(f"in stacked_instances, at instance {number}")
+
+    def answer_replay(self, env: EnvHandle) -> None:
+        """The cross-seed answer replay: the solutions of ``answer_seeds`` seeds give their most common
+        answer (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of
+        them, it is played as a constant (repeated every turn) at the trivial policies' seeds, other
+        seeds than those it came from, and fails when it wins more than that share of them: the answer
+        needs no reading of the task."""
+        s = self.settings
+        answer_seeds = derived_seeds(self.source, "answers", s.seed, s.answer_seeds)
+        solutions = []
+        for seed in answer_seeds:
+            self.reset(env, seed)
+            solutions.append(self.solution(env))
+        action, count = common_answer(solutions)
+        rate = s.max_answer_replay_win_rate
+        if count <= rate * len(answer_seeds):
+            return  # no answer is common enough to win as a constant
+        seeds = derived_seeds(self.source, "trivial", s.seed, s.trivial_seeds)
+        wins = sum(self.won(self.play(env, seed, [action] * s.max_turns)[-1]) for seed in seeds)
+        if wins > rate * len(seeds):
+            raise Failed(
+                "answer_replay_wins",
+                f"the final action {short(action)}, the answer of {count} of {len(answer_seeds)} seeds' "
+                f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
+                f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
             )
 
     def trivial_policies(self, env: EnvHandle) -> None:

@@ -40,3 +40,10 @@ class EnvHandle:
     @property
     def worker_pid(self) -> int:
         return self._worker.pid
+
+    @property
+    def worker_instances(self) -> int:
+        """How many instances its worker has made so far (this one and any made after it included):
+        the count an environment's class attribute would keep. A worker makes at most
+        ``SandboxConfig.episodes_per_worker`` before it is retired."""
+        return self._worker.created
