@@ -8,7 +8,10 @@ plain message on stderr, no traceback).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -34,6 +37,25 @@ def fail(message: str) -> typer.Exit:
     """The exit of a command refusing its input: ``raise fail("what was wrong and what is allowed")``."""
     typer.echo(f"error: {message}", err=True)  # plain: no wrapping, so messages can be read and grepped
     return typer.Exit(2)
+
+
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """While inside, SIGTERM ends the command as Ctrl-C does: ``SystemExit(143)`` raised in the main
+    thread, so that every ``with`` block closes (a sandbox kills and reaps its workers, an archive
+    commits or rolls back) before the process ends. Python's default for SIGTERM ends the process at
+    once; its workers then die by their parent-death signal, unreaped. A second SIGTERM during that
+    cleanup is ignored (SIGKILL still ends it). Main thread only, as every signal handler."""
+
+    def terminate(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def yes(flag: bool) -> str:

@@ -16,7 +16,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, read_env, yes
+from spade_rl.cli.common import (
+    ARCHIVE_OPTION,
+    console,
+    exit_on_sigterm,
+    fail,
+    open_archive,
+    read_env,
+    yes,
+)
 from spade_rl.design.validate import ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
@@ -173,7 +181,7 @@ def envs_validate(
     else:
         hint_text = rules.hint if rules is not None else ""
         try:
-            with Sandbox(SandboxConfig()) as sandbox:
+            with exit_on_sigterm(), Sandbox(SandboxConfig()) as sandbox:
                 reports = [
                     (spec, validate_source(sandbox, source, settings, hint=hint_text))
                     for spec, source in sources

@@ -1,18 +1,21 @@
 """The pool's side of one sandbox worker process: start it, wait for its hello, kill it, read its CPU time.
 
-A worker is started in a process group of its own with nothing of the parent's environment, and
-killed as a whole group (SIGKILL, then reaped). Its hello reports the isolation layers it applied;
+A worker is started in a process group of its own with nothing of the parent's environment, with
+the parent-death signal set before its interpreter starts (``dies_with_owner``), and killed as a
+whole group (SIGKILL, then reaped). Its hello reports the isolation layers it applied;
 a worker whose required layers are missing is killed and ``SandboxUnavailable`` raised. What runs
 inside the worker is ``spade_rl.sandbox.worker``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spade_rl.sandbox import protocol
@@ -21,6 +24,9 @@ from spade_rl.sandbox.launch import worker_command
 from spade_rl.sandbox.results import CallResult, SandboxUnavailable, Status
 
 log = logging.getLogger(__name__)
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(eq=False)
@@ -49,6 +55,25 @@ class Worker:
     calls: int = 0
 
 
+def dies_with_owner(owner: int) -> Callable[[], None]:
+    """What the forked child runs before it becomes the worker (``preexec_fn``): the parent-death
+    signal (SIGKILL) is set from then on, across the exec, so that a worker dies with its owner on
+    every path, SIGKILL of the owner included, even while its interpreter is still starting (set only
+    by the worker itself after its uid drop, it left a worker started just before its owner was
+    killed running until then: seconds, while it imported its preloads). An owner already gone by
+    then (the child was reparented) makes it exit at once. (The worker sets the signal again after
+    its uid drop, which clears it.) Only what is bound here runs in the child: no import, no
+    allocation that could wait on a lock another thread of the owner held when it forked."""
+    prctl, kill = _LIBC.prctl, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != owner:
+            os._exit(1)
+
+    return preexec
+
+
 def spawn(config: SandboxConfig, bwrap: list[str]) -> Worker:
     """Start one worker (under the ``bwrap`` prefix, if any); its hello is awaited by ``await_ready``."""
     proc = subprocess.Popen(
@@ -60,6 +85,7 @@ def spawn(config: SandboxConfig, bwrap: list[str]) -> Worker:
         env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},  # nothing of the parent's environment
         start_new_session=True,  # its own process group, killed as a whole
         close_fds=True,
+        preexec_fn=dies_with_owner(os.getpid()),
     )
     worker = Worker(proc, proc.stdin.fileno(), proc.stdout.fileno(), time.monotonic())
     os.set_blocking(worker.to_fd, False)  # requests are written with a deadline (see exchange.send)
