@@ -47,6 +47,12 @@ from spade_rl.sandbox.config import DEFAULT_LAYERS, DEFAULT_PRELOAD, LAYERS
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKS = Path(__file__).resolve().parent / "attacks"
 ATTACK_NAMES = sorted(p.stem for p in ATTACKS.glob("*.py"))
+# Attacks that change their behaviour only after validation: the loop's play-time guard stops them;
+# validation (the validator's tests and the command line's) is run on the others.
+PLAY_TIME_ATTACKS = sorted(
+    n for n in ATTACK_NAMES if "\nPASSES_VALIDATION = True" in (ATTACKS / f"{n}.py").read_text()
+)
+VALIDATED_ATTACKS = [n for n in ATTACK_NAMES if n not in PLAY_TIME_ATTACKS]
 
 # Imported by each worker before it hardens itself: after the uid drop a worker started by root
 # cannot import what it has not loaded (this Python lives under /root), and a failed import must
@@ -985,6 +991,41 @@ def test_late_instance_counter():
     assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
 
 
+def test_reset_counter(tmp_path):
+    """Honest for its first 300 resets in an interpreter: validation passes it, and training, which
+    resets a warm worker for every episode, sees it won by an empty action; the guard flags it and the
+    pool never draws it again."""
+    from spade_rl.archive import ArchiveConfig
+    from spade_rl.loop.guard import flag_changed
+    from spade_rl.loop.stages import PlayedEnv
+    from spade_rl.policy import FakePolicy, default_tokenizer
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+    from spade_rl.stats import play_stats
+
+    require_sandbox()
+    source = attack_source("reset_counter")
+    archive = Archive(tmp_path / "archive.sqlite", ArchiveConfig())
+    with Sandbox(CONFIG) as pool:
+        report = validate_source(pool, source, VALIDATION)
+        assert report.valid, report  # what validation cannot see
+        env_id = archive.add(
+            source, valid=True, reason="ok", skill="math", setting="games", iteration=0
+        ).env_id
+        warm = pool.open(source, report.env_kwargs).value  # the worker's earlier episodes, as training's
+        assert all(warm.reset(seed=n).ok for n in range(300))
+        warm.close()
+        policy = FakePolicy(lambda chat: "", tokenizer=default_tokenizer())
+        specs = [EpisodeSpec(source, seed=n, env_kwargs=report.env_kwargs) for n in range(8)]
+        episodes = run_episodes(policy, pool, specs, RolloutConfig(max_turns=3))
+    assert any(e.won for e in episodes)  # those played in the warm worker
+    played = [PlayedEnv(env_id, episodes[:4], episodes[4:], play_stats(episodes[:4], episodes[4:]))]
+    [flag] = flag_changed(archive, played, iteration=1)
+    assert (flag.env_id, flag.reason) == (env_id, "empty_action_won"), flag
+    assert archive.get(env_id).flagged["reason"] == "empty_action_won"
+    assert env_id not in archive.pool_weights()
+    archive.close()
+
+
 def test_mostly_no():
     """The answer is "No" at about 80% of seeds: the most common answer of other seeds, as a constant."""
     report = validate_attack("mostly_no")
@@ -1013,13 +1054,14 @@ class ArgsEnv:
         self.max_turns = max_turns or 5
     def reset(self, seed=None):
         self.turn = 0
-        return "Say the word for leave, in two letters.", {}
+        self.word = ("go", "run", "sit", "hop", "fly", "dig")[(seed or 0) % 6]  # not one answer at every seed
+        return "Say the word of this seed.", {}
     def step(self, action):
         self.turn += 1
-        won = self.cheat or action == "go"
+        won = self.cheat or action == self.word
         return ("yes" if won else "no"), float(won), won, self.turn >= self.max_turns and not won, {}
     def solution(self):
-        return "go"
+        return self.word
 """
 
 
@@ -1210,7 +1252,7 @@ def validator_pool():
     assert_default_targets_absent()
 
 
-@pytest.mark.parametrize("name", ATTACK_NAMES)
+@pytest.mark.parametrize("name", VALIDATED_ATTACKS)
 def test_validator_rejects(name, validator_pool):
     report = validate_source(validator_pool, attack_source(name), VALIDATION)
     assert not report.valid, report
@@ -1294,14 +1336,14 @@ def cli_in_background(request):
     require_sandbox()
     kill_parent_blocked()  # before kill_everyone runs through the command line
     assert_default_targets_absent()
-    run = Background(lambda: run_cli_validate(ATTACK_NAMES))
+    run = Background(lambda: run_cli_validate(VALIDATED_ATTACKS))
     yield run
     run.thread.join(300)
 
 
 @pytest.mark.slow
 def test_cli_validate_rejects_every_attack(cli_in_background):
-    assert_cli_rejects(cli_in_background.result(timeout=300), ATTACK_NAMES)
+    assert_cli_rejects(cli_in_background.result(timeout=300), VALIDATED_ATTACKS)
 
 
 # --- last, once the command-line run in the background is done ---------------------------------

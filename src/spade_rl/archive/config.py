@@ -32,6 +32,10 @@ class ArchiveConfig:
       environments count (its FIFO of 200); positives are drawn uniformly from the top ``max(3 n, 10)``
       frontier ones by regret; negatives from those with a win rate below ``memory_negative_below`` or
       above ``memory_negative_above`` (0.1, 0.9); no reference environments stand in for missing positives.
+    - ``flag_changed``, ``flag_win_rate_shift``, ``flag_p_value``: the play-time guard
+      (:mod:`spade_rl.loop.guard`): flag, and so leave out of the pool and the memory, an environment
+      won by an empty action in training, or whose win rate moved by at least ``flag_win_rate_shift``
+      from what was recorded before with a binomial tail probability below ``flag_p_value``.
     - ``busy_timeout_s``: how long a writer waits for another writer's transaction before failing.
     - ``synchronous``: SQLite's ``PRAGMA synchronous``. ``FULL`` (default) also survives a power cut;
       ``NORMAL`` survives a killed process but may lose the last commits on a power cut.
@@ -49,6 +53,9 @@ class ArchiveConfig:
     weight_floor: float = 0.05
     regret_mix: float = 0.5
     unplayed_weight: float = 0.5
+    flag_changed: bool = True
+    flag_win_rate_shift: float = 0.6
+    flag_p_value: float = 1e-4
     busy_timeout_s: float = 30.0
     synchronous: str = "FULL"
 
@@ -98,6 +105,12 @@ class ArchiveConfig:
             )
         if self.busy_timeout_s < 0.0:
             raise ValueError(f"archive setting busy_timeout_s must be >= 0, got {self.busy_timeout_s!r}")
+        if type(self.flag_changed) is not bool:
+            raise ValueError(f"archive setting flag_changed must be true or false, got {self.flag_changed!r}")
+        for name, high in (("flag_win_rate_shift", 1.0), ("flag_p_value", 1.0)):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0.0 < value <= high:
+                raise ValueError(f"archive setting {name} must lie in (0, {high:g}], got {value!r}")
         if self.synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(
                 f"archive setting synchronous is {self.synchronous!r}; allowed: {list(SYNCHRONOUS_MODES)}"

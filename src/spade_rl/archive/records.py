@@ -168,6 +168,14 @@ class EnvRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def flagged(self) -> dict | None:
+        """The play-time guard's flag (``{"iteration", "reason", "message"}``: it behaved otherwise in
+        play than validation saw it, see :mod:`spade_rl.loop.guard`), or None. A flagged environment
+        keeps its verdict and statistics and is never drawn into the pool or the memory again."""
+        flag = self.metadata.get("flagged")
+        return dict(flag) if isinstance(flag, dict) else None
+
+    @property
     def env_kwargs(self) -> dict | None:
         """The constructor arguments it was validated with, to play it with the same (``None`` for a
         record written before they were recorded, or an environment that was never valid)."""

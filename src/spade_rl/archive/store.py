@@ -134,6 +134,11 @@ class Archive:
             marks = ",".join("?" * len(ids))
             self._conn.execute("DELETE FROM stats WHERE iteration > ?", (iteration,))
             self._conn.execute("DELETE FROM proposals WHERE iteration > ?", (iteration,))
+            self._conn.execute(
+                "UPDATE environments SET metadata = json_remove(metadata, '$.flagged') "
+                "WHERE json_extract(metadata, '$.flagged.iteration') > ?",
+                (iteration,),
+            )
             if ids:
                 for table, column in (("stats", "env_id"), ("proposals", "env_id"), ("lineage", "env_id")):
                     self._conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
@@ -220,6 +225,25 @@ class Archive:
         """The first column of the first row, or None without a row."""
         row = self._conn.execute(sql, args).fetchone()
         return None if row is None else row[0]
+
+    def flag(self, env_id: int, iteration: int, reason: str, message: str = "") -> bool:
+        """Flag a valid environment found in ``iteration`` to behave otherwise in play than validation
+        saw it (``reason``: a code of the play-time guard, :mod:`spade_rl.loop.guard`). It keeps its
+        verdict and statistics and is never drawn into the training pool or the memory again
+        (``EnvRecord.flagged``); ``discard_after`` forgets the flags of the iterations it discards.
+        Returns False, changing nothing, when it was flagged already."""
+        check_iteration(iteration)
+        check_text("reason", reason, empty=False)
+        check_text("message", message)
+        flag = json.dumps({"iteration": iteration, "reason": reason, "message": message})
+        with self._transaction():
+            self._check_exist([env_id])
+            cursor = self._conn.execute(
+                "UPDATE environments SET metadata = json_set(metadata, '$.flagged', json(?)) "
+                "WHERE id = ? AND valid = 1 AND json_extract(metadata, '$.flagged') IS NULL",
+                (flag, env_id),
+            )
+        return cursor.rowcount > 0
 
     def record_stats(
         self, env_id: int, iteration: int, stats: PlayStats, *, mode: str = "replace"
@@ -331,7 +355,9 @@ class Archive:
     # -- sampling -----------------------------------------------------------------------------------
 
     def _candidates(self, skill: str | None, setting: str | None) -> list[Candidate]:
+        """The valid environments that may be drawn (flagged ones never are), with their latest rates."""
         where, args = _filters({"valid": True, "skill": skill, "setting": setting})
+        where += " AND json_extract(e.metadata, '$.flagged') IS NULL"
         rows = self._conn.execute(
             "SELECT e.id, s.win_rate_nohint, s.regret FROM environments e "
             "LEFT JOIN stats s ON s.env_id = e.id "

@@ -52,6 +52,7 @@ from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
+from spade_rl.loop.guard import flag_changed
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.rundir import RunDirectory
 from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
@@ -165,6 +166,8 @@ class SelfPlay:
         # groups, loop.pool_replace, adds them up; a resumed iteration's partial rows were discarded)
         for env in played:
             self.archive.record_stats(env.env_id, i, env.stats, mode="merge")
+        # an environment that behaves otherwise in play than in validation leaves the pool (loop/guard.py)
+        flag_changed(self.archive, played, i)
         batch = self._batch(designs, played, i, self.designer_rewards)
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps

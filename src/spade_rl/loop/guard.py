@@ -1,0 +1,145 @@
+"""The play-time guard: training notices an environment that behaves otherwise in play than validation
+saw it, flags it in the archive and so drops it from the training pool and the designer's memory.
+
+Validation plays an environment a few hundred times; training plays it for the whole run, in workers
+that have made many instances, at seeds validation never drew. Whatever the battery checks, an
+environment can change its behaviour after it (a counter of resets, the date, a seed range). Two signs
+of that in an iteration's play, each a stable reason code (``FLAG_REASONS``):
+
+- ``empty_action_won``: an episode was won by an empty action: nothing but spaces, an empty
+  ``\\boxed{}`` or ``<answer></answer>``, or one of validation's malformed actions (which validation
+  saw lose). No task is answered by nothing: the environment rewards whatever it is sent.
+- ``win_rate_shift``: the share of episodes won now (both arms, with and without the hint) lies far
+  from the share the archive recorded for the environment in earlier iterations: ``|p_now - p_before|
+  >= shift`` and the binomial tail of the count won now under the earlier rate is below ``p_value``,
+
+      tail = P(X >= k) (or P(X <= k) for a drop),  X ~ Binomial(n, p'),  p' = (w + 1) / (m + 2)
+
+  with ``k`` of ``n`` episodes won now, ``w`` of ``m`` before (``p'`` smoothed by Laplace's rule, so
+  that a short history of no wins does not make every win impossible). Only when this iteration's
+  episodes were played at ``MIN_DISTINCT_SEEDS`` seeds or more: the episodes of one shared seed
+  (``loop.group_seeds = "shared"``) rise and fall together, and their count says nothing of a change.
+
+The checks are pure functions of episodes and statistics; ``flag_changed`` applies them to an
+iteration's play (``SelfPlay.iteration``, after its statistics are recorded) with the thresholds of
+``ArchiveConfig`` (``flag_changed``, ``flag_win_rate_shift``, ``flag_p_value``). A flag keeps the
+environment's verdict and statistics (``EnvRecord.flagged`` says why); see ``Archive.flag``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spade_rl.archive import Archive, PlayStats
+from spade_rl.archive.records import merge_stats
+from spade_rl.design.answers import final_answer
+from spade_rl.design.report import MALFORMED_ACTIONS
+from spade_rl.loop.stages import PlayedEnv
+from spade_rl.rollout import Episode
+
+log = logging.getLogger(__name__)
+
+FLAG_REASONS = ("empty_action_won", "win_rate_shift")
+MIN_DISTINCT_SEEDS = 4
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One environment flagged in one iteration: a code of ``FLAG_REASONS`` and what was seen."""
+
+    env_id: int
+    iteration: int
+    reason: str
+    message: str
+
+
+def empty_action(action: str) -> bool:
+    """Whether an action answers nothing: spaces only, an empty ``\\boxed{}`` or ``<answer></answer>``,
+    or one of validation's malformed actions."""
+    return not final_answer(action).strip() or action in MALFORMED_ACTIONS
+
+
+def empty_action_win(episodes: Sequence[Episode]) -> Episode | None:
+    """The first won episode whose winning (last) action is empty, or None."""
+    return next((e for e in episodes if e.won and e.turns and empty_action(e.turns[-1].action)), None)
+
+
+def won_count(stats: PlayStats) -> tuple[int, int]:
+    """Episodes won and played, both arms together: ``(round(w_n * n_n + w_h * n_h), n_n + n_h)``."""
+    won = stats.win_rate_nohint * stats.episodes_nohint + stats.win_rate_hint * stats.episodes_hint
+    return round(won), stats.episodes
+
+
+def binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
+    """``P(X >= k)`` (``upper``) or ``P(X <= k)`` for ``X ~ Binomial(n, p)``, summed exactly."""
+    terms = range(k, n + 1) if upper else range(0, k + 1)
+    return min(1.0, sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in terms))
+
+
+def win_rate_shift(before: Sequence[PlayStats], now: PlayStats, shift: float, p_value: float) -> str:
+    """Why ``now`` departs from ``before`` (the earlier iterations' statistics), or '' when it does not
+    or there is no history: see the module docstring for the test."""
+    if not before:
+        return ""
+    w = m = 0
+    for stats in before:
+        won, played = won_count(stats)
+        w, m = w + won, m + played
+    k, n = won_count(now)
+    if not m or not n:
+        return ""
+    rate_before, rate_now = w / m, k / n
+    if abs(rate_now - rate_before) < shift:
+        return ""
+    tail = binomial_tail(k, n, (w + 1) / (m + 2), upper=rate_now > rate_before)
+    if tail >= p_value:
+        return ""
+    return (
+        f"won {k} of {n} episodes this iteration against {w} of {m} before (a tail probability of "
+        f"{tail:.1e} under the earlier rate; flag_p_value {p_value:g}, flag_win_rate_shift {shift:g})"
+    )
+
+
+def changed(
+    episodes: Sequence[Episode], before: Sequence[PlayStats], now: PlayStats, shift: float, p_value: float
+) -> tuple[str, str] | None:
+    """The first sign of a change in one environment's play of one iteration, as (reason, message), or
+    None. ``episodes``: all its episodes of the iteration; ``now``: their statistics."""
+    won = empty_action_win(episodes)
+    if won is not None:
+        return (
+            "empty_action_won",
+            f"an episode (seed {won.spec.seed}) was won by the empty action {won.turns[-1].action[:80]!r}",
+        )
+    if len({e.spec.seed for e in episodes}) >= MIN_DISTINCT_SEEDS:
+        why = win_rate_shift(before, now, shift, p_value)
+        if why:
+            return "win_rate_shift", why
+    return None
+
+
+def flag_changed(archive: Archive, played: Sequence[PlayedEnv], iteration: int) -> list[Flag]:
+    """Apply ``changed`` to each environment played in ``iteration`` (its groups together, against its
+    statistics of earlier iterations) and flag in ``archive`` those that changed; the flags set. Off
+    when ``archive.config.flag_changed`` is false."""
+    config = archive.config
+    if not config.flag_changed:
+        return []
+    groups: dict[int, list[PlayedEnv]] = {}
+    for env in played:
+        groups.setdefault(env.env_id, []).append(env)
+    flags = []
+    for env_id, envs in groups.items():
+        episodes = [e for env in envs for e in (*env.nohint, *env.hint)]
+        now = envs[0].stats
+        for env in envs[1:]:
+            now = merge_stats(now, env.stats)
+        before = [h.stats for h in archive.stats_history(env_id) if h.iteration < iteration]
+        found = changed(episodes, before, now, config.flag_win_rate_shift, config.flag_p_value)
+        if found is not None and archive.flag(env_id, iteration, *found):
+            flags.append(Flag(env_id, iteration, *found))
+            log.warning("environment %d flagged in iteration %d (%s): %s", env_id, iteration, *found)
+    return flags

@@ -1,0 +1,127 @@
+"""The play-time guard (loop/guard.py): pure checks with hand-computed numbers, and flags in the archive
+(left out of the pool and the memory, forgotten with a discarded iteration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spade_rl.archive import Archive, ArchiveConfig, PlayStats
+from spade_rl.loop.guard import (
+    binomial_tail,
+    changed,
+    empty_action,
+    empty_action_win,
+    flag_changed,
+    win_rate_shift,
+    won_count,
+)
+from spade_rl.loop.stages import PlayedEnv
+from spade_rl.rollout import Episode, EpisodeSpec, Turn
+
+SOURCE = "class SayEnv:\n    def reset(self, seed=None):\n        return 'say', {}\n"
+
+
+def episode(action: str, won: bool, seed: int = 0) -> Episode:
+    e = Episode(EpisodeSpec(SOURCE, seed=seed))
+    e.turns = [Turn(action, "yes" if won else "no", float(won), won, False, "stop")]
+    e.stop_reason = "terminated" if won else "truncated"
+    return e
+
+
+def stats(won_nohint: int, won_hint: int, n: int = 4) -> PlayStats:
+    return PlayStats(n, n, won_nohint / n, won_hint / n, 0.0, 1.0, won_nohint / n, won_hint / n)
+
+
+def test_empty_actions():
+    for action in (
+        "",
+        "  ",
+        "\\boxed{}",
+        "\\boxed{ }",
+        "<answer></answer>",
+        "this is not a valid action %%% \\boxed{??}",
+    ):
+        assert empty_action(action), action
+    for action in ("\\boxed{0}", "go", "<answer>no</answer>"):
+        assert not empty_action(action), action
+    assert empty_action_win([episode("\\boxed{}", False), episode("go", True)]) is None
+    won = episode("\\boxed{}", True)
+    assert empty_action_win([episode("go", True), won]) is won
+
+
+def test_binomial_tail_by_hand():
+    assert binomial_tail(8, 8, 0.5, upper=True) == pytest.approx(1 / 256)
+    assert binomial_tail(0, 4, 0.5, upper=False) == pytest.approx(1 / 16)
+    assert binomial_tail(1, 2, 0.5, upper=True) == pytest.approx(3 / 4)
+    assert won_count(stats(3, 1)) == (4, 8)
+
+
+def test_win_rate_shift():
+    # 0 of 16 before (p' = 1/18), 8 of 8 now: tail (1/18)^8 = 9.1e-11, shift 1.0
+    assert "won 8 of 8 episodes this iteration against 0 of 16 before" in win_rate_shift(
+        [stats(0, 0), stats(0, 0)], stats(4, 4), 0.6, 1e-4
+    )
+    assert win_rate_shift([], stats(4, 4), 0.6, 1e-4) == ""  # no history
+    assert win_rate_shift([stats(1, 2)], stats(3, 4), 0.6, 1e-4) == ""  # 3/8 -> 7/8: shift 0.5 < 0.6
+    # 0 of 8 before (p' = 1/10), 6 of 8 now: shift 0.75 but tail 2.3e-5 ... below 1e-4: flagged;
+    # with a stricter p_value it is not
+    assert win_rate_shift([stats(0, 0)], stats(3, 3), 0.6, 1e-4)
+    assert win_rate_shift([stats(0, 0)], stats(3, 3), 0.6, 1e-6) == ""
+    # a drop counts too: 16 of 16 before, 0 of 8 now
+    assert "won 0 of 8" in win_rate_shift([stats(4, 4), stats(4, 4)], stats(0, 0), 0.6, 1e-4)
+
+
+def test_changed_needs_distinct_seeds_for_the_rate():
+    before = [stats(0, 0), stats(0, 0)]
+    shared = [episode("go", True, seed=7) for _ in range(8)]  # one shared seed: no evidence of a change
+    assert changed(shared, before, stats(4, 4), 0.6, 1e-4) is None
+    distinct = [episode("go", True, seed=n) for n in range(8)]
+    assert changed(distinct, before, stats(4, 4), 0.6, 1e-4)[0] == "win_rate_shift"
+    empty = [*distinct[:7], episode("", True, seed=3)]
+    assert changed(empty, [], stats(4, 4), 0.6, 1e-4)[0] == "empty_action_won"
+
+
+def played(env_id: int, nohint: list[Episode], hint: list[Episode]) -> PlayedEnv:
+    from spade_rl.stats import play_stats
+
+    return PlayedEnv(env_id, nohint, hint, play_stats(nohint, hint))
+
+
+def test_flags_leave_the_pool_and_are_forgotten_with_their_iteration(tmp_path):
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        ids = [
+            archive.add(
+                SOURCE.replace("'say'", f"'say {n}'"),
+                valid=True,
+                reason="ok",
+                skill="s",
+                setting="games",
+                iteration=0,
+            ).env_id
+            for n in range(2)
+        ]
+        honest = [episode("go", n % 2 == 0, seed=n) for n in range(4)]
+        rigged = [episode("", True, seed=n) for n in range(4)]
+        flags = flag_changed(archive, [played(ids[0], honest, honest), played(ids[1], rigged, honest)], 3)
+        assert [(f.env_id, f.reason) for f in flags] == [(ids[1], "empty_action_won")]
+        assert archive.get(ids[1]).flagged == {
+            "iteration": 3,
+            "reason": "empty_action_won",
+            "message": flags[0].message,
+        }
+        assert archive.get(ids[0]).flagged is None and archive.get(ids[1]).valid
+        assert set(archive.pool_weights()) == {ids[0]}
+        assert archive.sample_pool(5, 0) == [ids[0]]
+        assert not archive.flag(ids[1], 4, "win_rate_shift")  # the first flag stays
+        archive.discard_after(2)  # a resumed run replays iteration 3: its flag goes
+        assert archive.get(ids[1]).flagged is None and set(archive.pool_weights()) == set(ids)
+
+
+def test_guard_can_be_switched_off(tmp_path):
+    config = ArchiveConfig(flag_changed=False)
+    with Archive(tmp_path / "archive.sqlite", config) as archive:
+        env_id = archive.add(SOURCE, valid=True, reason="ok", skill="s", setting="games", iteration=0).env_id
+        rigged = [episode("", True, seed=n) for n in range(4)]
+        assert flag_changed(archive, [played(env_id, rigged, rigged)], 1) == []
+    with pytest.raises(ValueError, match="flag_p_value"):
+        ArchiveConfig(flag_p_value=0.0)
