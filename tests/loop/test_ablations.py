@@ -247,13 +247,12 @@ def test_switches_are_validated_before_anything_runs(tmp_path):
             load_config(None, [override])
     with pytest.raises(ConfigError, match=r"\[pool\] adds nothing"):
         load_config(None, ["designer.source='none'", "pool.reference=[]"])
-    # Without designer training the update needs no room for a designer group.
-    assert (
-        load_config(None, ["designer.source='none'", "loop.envs_per_iteration=7"]).loop.envs_per_iteration
-        == 7
-    )
+    # Without designer training an update of all groups at once needs no room for a designer group
+    # (16 rows: 2 groups of 8).
+    whole = ["loop.groups_per_step=0", "loop.envs_per_iteration=2"]
+    assert load_config(None, ["designer.source='none'", *whole]).loop.envs_per_iteration == 2
     with pytest.raises(ConfigError, match="rows"):
-        load_config(None, ["loop.envs_per_iteration=7"])
+        load_config(None, whole)
 
 
 @pytest.mark.parametrize(("grounding", "tries"), [(False, 9), (True, 4)])

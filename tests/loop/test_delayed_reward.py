@@ -215,7 +215,13 @@ def test_design_phases_falling_due_together_are_centred_apart():
 
 
 def test_held_environments_are_played_before_the_pool():
-    pool = SimpleNamespace(sample_pool=lambda n, rng, setting: [9, 8, 7, 6])
+    pool = SimpleNamespace(
+        sample_pool=lambda n, rng, setting, replace=False: [9, 8, 7, 6][:n] if replace else [9, 8, 7, 6]
+    )
+    run = SimpleNamespace(config=load_config(None, ["loop.pool_replace=false"]), archive=pool)
+    chosen = SelfPlay._choose_envs(run, [design(5), design(6, valid=False)], random.Random(0), [1, 5, 2])
+    assert chosen == [5, 1, 2, 9, 8, 7]
+    # drawn with replacement (the CPU default): the slots left, each draw independent
     run = SimpleNamespace(config=load_config(None, []), archive=pool)
     chosen = SelfPlay._choose_envs(run, [design(5), design(6, valid=False)], random.Random(0), [1, 5, 2])
     assert chosen == [5, 1, 2, 9, 8, 7]
@@ -232,8 +238,10 @@ def test_the_update_has_room_for_every_phase_the_last_iteration_trains():
     with pytest.raises(
         ConfigError, match=r"with rewards.delay = 2 the last iteration trains the designs of 3"
     ):
-        load_config(None, ["rewards.delay=2"])  # the CPU default: 4 iterations, regenerating every one
-    assert load_config(None, ["rewards.delay=2", "train.gradient_accumulation_steps=36"]).rewards.delay == 2
+        # the CPU default (4 iterations, regenerating every one) with every group in one step
+        load_config(None, ["rewards.delay=2", "loop.groups_per_step=0"])
+    wide = ["rewards.delay=2", "loop.groups_per_step=0", "train.gradient_accumulation_steps=36"]  # 72 rows
+    assert load_config(None, wide).rewards.delay == 2
     with pytest.raises(ConfigError, match="delay must be a whole number"):
         load_config(None, ["rewards.delay=-1"])
 

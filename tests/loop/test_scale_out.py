@@ -190,8 +190,10 @@ def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
 
 
 def test_update_capacity_is_per_process_under_accelerate(monkeypatch: pytest.MonkeyPatch) -> None:
-    wide = ["loop.envs_per_iteration=10", "warmup.designs=0"]  # 11 blocks of 4 rows; one process holds 28
-    with pytest.raises(ConfigError, match=r"28 rows per process, but an iteration can bring 44 to each of 1"):
+    # every group in one step: 11 blocks of 8 rows; one process holds 48
+    wide = ["loop.envs_per_iteration=10", "warmup.designs=0", "loop.groups_per_step=0"]
+    wide.append("train.gradient_accumulation_steps=24")
+    with pytest.raises(ConfigError, match=r"48 rows per process, but an iteration can bring 88 to each of 1"):
         load_config(None, wide)
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert load_config(None, wide).loop.envs_per_iteration == 10  # 6 blocks each
@@ -294,6 +296,10 @@ def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> 
         "design.max_new_tokens=32",
         "rollout.max_turns=2",
         "rollout.max_new_tokens=8",
+        "loop.plays_per_env=4",
+        "loop.hint_plays_per_env=4",
+        "loop.groups_per_step=0",  # one optimiser step for the whole iteration
+        "train.group_size=4",
         "train.per_device_train_batch_size=1",
         "train.gradient_accumulation_steps=8",  # 8 rows per process: 2 of the 3 groups fit in each
         "train.learning_rate=1e-3",

@@ -51,8 +51,8 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
         load_config(None, ["loop.iteration=2"])
     with pytest.raises(ConfigError, match="must be an integer"):
         load_config(None, ["loop.iterations='many'"])
-    with pytest.raises(ConfigError, match="rows"):
-        load_config(None, ["loop.envs_per_iteration=7"])
+    with pytest.raises(ConfigError, match="rows"):  # every group in one step: more than 16 rows
+        load_config(None, ["loop.envs_per_iteration=7", "loop.groups_per_step=0"])
     bad = tmp_path / "bad.toml"
     bad.write_text("[loop\niterations = 2\n")
     with pytest.raises(ConfigError, match="not valid TOML"):

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fixture_envs import SMALL
-from spade_rl.loop.config import ConfigError, load_config
+from spade_rl.loop.config import ConfigError, LoopConfig, load_config
 from spade_rl.loop.run import SelfPlay, combine_step_metrics, plan_steps
 from spade_rl.policy import tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
@@ -62,17 +62,16 @@ def test_the_levers_are_refused_with_what_is_allowed():
     with pytest.raises(ConfigError, match=r"hint_plays_per_env = 0 .*designer\.source = 'none'"):
         load_config(None, ["loop.hint_plays_per_env=0"])
     assert load_config(None, ["loop.hint_plays_per_env=0", "designer.source='none'"]).loop.hint_plays == 0
-    assert load_config(None, []).loop.hint_plays == load_config(None, []).loop.plays_per_env
-    # steps of a few groups: the update must hold one step's groups, not the whole iteration's
+    assert LoopConfig(plays_per_env=5).hint_plays == 5  # left out: as many as without the hint
+    # all groups in one step: the update must hold the whole iteration's; in steps, only one step's
     with pytest.raises(ConfigError, match="rows"):
-        load_config(None, ["loop.envs_per_iteration=12"])
-    config = load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=6"])
-    assert config.loop.groups_per_step == 6
-    with pytest.raises(ConfigError, match=r"groups_per_step = 8 brings up to 32"):
-        load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=8"])
+        load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=0"])
+    config = load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=2"])
+    assert config.loop.groups_per_step == 2 and config.train.rows_per_update == 16
+    with pytest.raises(ConfigError, match=r"groups_per_step = 3 brings up to 24"):
+        load_config(None, ["loop.envs_per_iteration=12", "loop.groups_per_step=3"])
 
 
-@pytest.mark.slow
 def test_a_fixed_pool_run_with_every_lever_through_the_real_sandbox(tmp_path):
     """The tiny model through the real sandbox and TRL: no hint plays, one seed per group, the pool drawn
     with replacement (more groups than environments), steps of one group, two epochs."""

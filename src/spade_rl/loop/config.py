@@ -260,13 +260,24 @@ class PoolConfig:
 
 
 # The CPU default (SmolLM2-135M on 2 cores) is set so that the signals SPADE is about are not zero at this
-# scale, each lever measured with bench/learning_signal.py (README, "Learning signal at laptop scale"):
+# scale, each lever measured with bench/learning_signal.py (docs/learning-signal.md):
 # the designer writes in the "question" form after a warm-up on synthetic designs, the agent's turns
 # open with a forced \boxed{ and end at its brace, and the reference games of the pool are small.
 # configs/qwen3-gpu.toml keeps the paper's behaviour (whole modules, free turns, no warm-up).
 def _default_loop() -> LoopConfig:
-    # Six environments a turn: the new valid designs first, the rest from the frontier-weighted pool.
-    return LoopConfig(iterations=4, designs_per_iteration=4, envs_per_iteration=6)
+    # Six groups a turn: the new valid designs first, the rest drawn from the frontier-weighted pool with
+    # replacement; 8 plays per group on one instance (one seed), 4 more with the hint for regret; the
+    # update in optimiser steps of 2 groups (docs/learning-signal.md, experiments/results/cpu-sanity/).
+    return LoopConfig(
+        iterations=4,
+        designs_per_iteration=4,
+        envs_per_iteration=6,
+        plays_per_env=8,
+        hint_plays_per_env=4,
+        group_seeds="shared",
+        pool_replace=True,
+        groups_per_step=2,
+    )
 
 
 def _default_design() -> DesignPhaseConfig:
@@ -303,12 +314,12 @@ def _default_policy() -> PolicyConfig:
 
 
 def _default_train() -> TrainConfig:
-    # Groups of 4 (K plays, or the designs of one iteration); 7 blocks: the designer and six environments.
+    # Groups of 8 (K plays, or the designs of one iteration); a step holds 2 of them (loop.groups_per_step).
     return TrainConfig(
-        learning_rate=5e-6,
-        group_size=4,
-        per_device_train_batch_size=1,  # a row per pass: no padding, no L x L attention matrix
-        gradient_accumulation_steps=28,
+        learning_rate=5e-5,  # a 135M model moves visibly in the few dozen steps a CPU run makes
+        group_size=8,
+        per_device_train_batch_size=2,  # rows per pass: fewer passes (bench/update_geometry.py), within 4 GB
+        gradient_accumulation_steps=8,
         bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
         checkpoint_rows_longer_than=256,  # long rows: a 600-token one would hold 1.4 GB of activations
     )
