@@ -57,16 +57,17 @@ class Slow{n}Env:
     def reset(self, seed=None):
         time.sleep(0.02)
         self.turn = 0
-        return "Say the long word for yes.", {{}}
+        self.count = (seed or 0) % 5  # an answer that depends on the seed (no constant answer wins)
+        return f"Say the long word for yes, then {{self.count}} plus one in digits.", {{}}
 
     def step(self, action):
         self.turn += 1
-        if action == "affirmative":
+        if action == f"affirmative{{self.count + 1}}":
             return "right", 1.0, True, False, {{}}
         return "no", 0.0, False, self.turn >= self.max_turns, {{}}
 
     def solution(self):
-        return ["affirmative"]
+        return [f"affirmative{{self.count + 1}}"]
 '''
 
 

@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from spade_rl.archive.records import PlayStats, merge_stats
 from spade_rl.stats import iteration_means
 
 if TYPE_CHECKING:
-    from spade_rl.archive import PlayStats
     from spade_rl.design.parse import Parsed
     from spade_rl.design.validate import ValidationReport
     from spade_rl.policy import Generation
@@ -180,9 +180,15 @@ def iteration_metrics(
         "designer/valid_rate": sum(d.valid for d in designs) / len(designs) if designs else None,
         "designer/reasons": dict(Counter(d.reason for d in designs)),
     }
-    means = iteration_means([p.stats for p in played], frontier)
+    # Per environment: the groups of one environment (loop.pool_replace) taken together, as the archive
+    # records them (merge_stats), so that these numbers are the archive's and the report's.
+    by_env: dict[int, PlayStats] = {}
+    for p in played:
+        by_env[p.env_id] = merge_stats(by_env[p.env_id], p.stats) if p.env_id in by_env else p.stats
+    means = iteration_means(list(by_env.values()), frontier)
     if played:
         metrics["agent/envs"] = means.envs
+        metrics["agent/groups"] = len(played)
     metrics["agent/win_rate"] = means.win_rate
     metrics["agent/win_rate_hint"] = means.win_rate_hint
     if played:
