@@ -509,7 +509,7 @@ def _check_derived(data: dict, config: RunConfig) -> None:
             raise ConfigError(_derived_message(key, value, source, config))
 
 
-# Keys and values renamed for the glossary (README): the old name is read, with a warning that names the
+# Keys and values renamed for the glossary (docs/architecture.md): the old name is read, with a warning that names the
 # new one, for one release.
 RENAMED_KEYS = {
     "archive.band_low": "archive.frontier_low",

@@ -60,7 +60,7 @@ __all__ = [
     "Status",
 ]
 
-# Names of earlier releases ("pool" now means only the training pool of environments; README, glossary).
+# Names of earlier releases ("pool" now means only the training pool of environments; docs/architecture.md, glossary).
 _RENAMED = {"SandboxPool": "Sandbox", "PoolExhausted": "SandboxFull"}
 
 
