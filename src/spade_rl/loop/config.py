@@ -509,8 +509,8 @@ def _check_derived(data: dict, config: RunConfig) -> None:
             raise ConfigError(_derived_message(key, value, source, config))
 
 
-# Keys and values renamed for the glossary (docs/architecture.md): the old name is read, with a warning that names the
-# new one, for one release.
+# Keys and values renamed for the glossary (docs/architecture.md): the old name is read, with a warning
+# that names the new one, for one release.
 RENAMED_KEYS = {
     "archive.band_low": "archive.frontier_low",
     "archive.band_high": "archive.frontier_high",

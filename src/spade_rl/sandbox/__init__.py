@@ -60,7 +60,8 @@ __all__ = [
     "Status",
 ]
 
-# Names of earlier releases ("pool" now means only the training pool of environments; docs/architecture.md, glossary).
+# Names of earlier releases ("pool" now means only the training pool of environments; the glossary in
+# docs/architecture.md).
 _RENAMED = {"SandboxPool": "Sandbox", "PoolExhausted": "SandboxFull"}
 
 
