@@ -24,10 +24,11 @@ For every arm and seed (``arms/<arm>/seed-<s>/metrics.jsonl`` and its evaluation
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
+
+from spade_rl.experiment.spec import start_key_of_data
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -82,10 +83,9 @@ def measure_run(run_dir: Path, start_file: Path | None) -> dict:
 
 def start_file(folder: Path, experiment: dict, arm: str, seed: str) -> Path | None:
     """The start evaluation of an arm's run: arms that start from the same policy and are evaluated the
-    same way share one (``spade_rl.experiment.spec.start_key``, computed here from the stored data)."""
-    data = {"policy": experiment["arms"][arm][seed]["policy"], "eval": {**experiment["eval"], "every": 0}}
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    path = folder / "start" / f"{digest}.json"
+    same way share one (``spade_rl.experiment.spec.start_key``, from the stored data)."""
+    key = start_key_of_data(experiment["arms"][arm][seed]["policy"], experiment["eval"])
+    path = folder / "start" / f"{key}.json"
     return path if path.exists() else None
 
 

@@ -106,13 +106,21 @@ def finished_records(experiment: Experiment, folder: Path) -> list[RunRecord]:
     records = []
     for arm in experiment.arms:
         for seed in experiment.seeds:
-            config = arm.config(seed, experiment.evaluation)
-            run_dir = folder / "arms" / arm.name / f"seed-{seed}"
-            start_path = folder / "start" / f"{start_key(config, experiment.evaluation)}.json"
-            end_path = run_dir / "end-eval.json"
-            if (run_dir / "done.json").exists() and end_path.exists() and start_path.exists():
+            _, run_dir, start_path, done_path, end_path = _run_paths(experiment, arm, seed, folder)
+            if done_path.exists() and end_path.exists() and start_path.exists():
                 records.append(_record(arm.name, seed, run_dir, start_path, end_path))
     return records
+
+
+def _run_paths(
+    experiment: Experiment, arm: Arm, seed: int, folder: Path
+) -> tuple[RunConfig, Path, Path, Path, Path]:
+    """An arm's configuration for ``seed`` and where its run keeps its files: the run directory, the start
+    evaluation it shares with the arms of the same starting model, ``done.json`` and ``end-eval.json``."""
+    config = arm.config(seed, experiment.evaluation)
+    run_dir = folder / "arms" / arm.name / f"seed-{seed}"
+    start_path = folder / "start" / f"{start_key(config, experiment.evaluation)}.json"
+    return config, run_dir, start_path, run_dir / "done.json", run_dir / "end-eval.json"
 
 
 def _write_outcome(
@@ -275,10 +283,7 @@ def _differences(old: object, new: object, where: str = "") -> list[str]:
 def _run_arm(experiment: Experiment, arm: Arm, seed: int, folder: Path, say: Progress) -> RunRecord:
     from spade_rl.loop.run import SelfPlay  # torch and trl load here
 
-    config = arm.config(seed, experiment.evaluation)
-    run_dir = folder / "arms" / arm.name / f"seed-{seed}"
-    start_path = folder / "start" / f"{start_key(config, experiment.evaluation)}.json"
-    done_path, end_path = run_dir / "done.json", run_dir / "end-eval.json"
+    config, run_dir, start_path, done_path, end_path = _run_paths(experiment, arm, seed, folder)
     label = f"arm {arm.name}, seed {seed}"
     if done_path.exists() and end_path.exists() and start_path.exists():
         say(f"{label}: finished earlier, not run again")

@@ -169,7 +169,13 @@ class Experiment:
 
 def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
     """Arms that start from the same model share their start evaluation: the key of that evaluation."""
-    data = {"policy": to_data(config.policy), "eval": to_data(dataclasses.replace(evaluation, every=0))}
+    return start_key_of_data(to_data(config.policy), to_data(evaluation))
+
+
+def start_key_of_data(policy: dict, evaluation: dict) -> str:
+    """:func:`start_key` from the plain data of the policy and the evaluation (as an experiment folder's
+    ``experiment.json`` stores them); the in-loop evaluations (``every``) do not change the start."""
+    data = {"policy": policy, "eval": {**evaluation, "every": 0}}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     return digest[:16]
 

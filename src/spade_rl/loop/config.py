@@ -451,28 +451,29 @@ class RunConfig:
         if loop.groups_per_step:
             # Cut into steps of at most groups_per_step groups (SelfPlay._update); a step dealt to processes.
             blocks = min(blocks, -(-loop.groups_per_step // processes))
-            if train.rows_per_update < group * blocks:
-                raise ConfigError(
-                    f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps "
-                    f"= {train.rows_per_update} rows per process, but loop.groups_per_step = "
-                    f"{loop.groups_per_step} brings up to {group * blocks} to each of {processes} "
-                    f"process(es) (blocks of group_size={group}): raise the batch or accumulation, or "
-                    "train fewer groups per step"
-                )
-        if train.rows_per_update < group * blocks:
-            delayed = (
-                f"; with rewards.delay = {self.rewards.delay} the last iteration trains the designs of "
-                f"{phases} design phases"
-                if phases > 1 and designer_blocks
-                else ""
-            )
+        if train.rows_per_update >= group * blocks:
+            return
+        holds = (
+            f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
+            f"{train.rows_per_update} rows per process, but "
+        )
+        if loop.groups_per_step:
             raise ConfigError(
-                f"one update holds train.per_device_train_batch_size * train.gradient_accumulation_steps = "
-                f"{train.rows_per_update} rows per process, but an iteration can bring {group * blocks} to "
-                f"each of {processes} process(es) (blocks of group_size={group} for "
-                f"{loop.envs_per_iteration} environments and {designer_blocks} designer group(s){delayed}): "
-                "raise the batch or accumulation, or play fewer environments"
+                f"{holds}loop.groups_per_step = {loop.groups_per_step} brings up to {group * blocks} to "
+                f"each of {processes} process(es) (blocks of group_size={group}): raise the batch or "
+                "accumulation, or train fewer groups per step"
             )
+        delayed = (
+            f"; with rewards.delay = {self.rewards.delay} the last iteration trains the designs of "
+            f"{phases} design phases"
+            if phases > 1 and designer_blocks
+            else ""
+        )
+        raise ConfigError(
+            f"{holds}an iteration can bring {group * blocks} to each of {processes} process(es) (blocks of "
+            f"group_size={group} for {loop.envs_per_iteration} environments and {designer_blocks} designer "
+            f"group(s){delayed}): raise the batch or accumulation, or play fewer environments"
+        )
 
 
 # Values a run derives from another key (RunConfig.design_phase, update_config): a file or override may
