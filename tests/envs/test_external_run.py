@@ -24,6 +24,7 @@ GAMES = [
     'pool.textarena=["GuessTheNumber-v0"]',
     "designer.source='none'",
     "loop.iterations=1",
+    "loop.pool_replace=false",  # both games in the one iteration (drawn with replacement, one may come twice)
     "rollout.max_turns=3",
     "design.validation.trivial_seeds=0",
 ]

@@ -45,9 +45,16 @@ def exit_on_sigterm() -> Iterator[None]:
     thread, so that every ``with`` block closes (a sandbox kills and reaps its workers, an archive
     commits or rolls back) before the process ends. Python's default for SIGTERM ends the process at
     once; its workers then die by their parent-death signal, unreaped. A second SIGTERM during that
-    cleanup is ignored (SIGKILL still ends it). Main thread only, as every signal handler."""
+    cleanup is ignored (SIGKILL still ends it). Main thread only, as every signal handler.
+
+    Python ignores an exception raised while it runs a finalizer (a ``__del__``, a weakref or garbage
+    collector callback): a SIGTERM whose handler ran there would be lost and the command would end as if
+    never signalled. The handler records the signal, so the block's end raises ``SystemExit(143)`` then."""
+    signalled = False
 
     def terminate(signum: int, frame: object) -> None:
+        nonlocal signalled
+        signalled = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signal.SIGTERM)
 
@@ -55,7 +62,10 @@ def exit_on_sigterm() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not signalled:  # once signalled, SIGTERM stays ignored while the process ends
+            signal.signal(signal.SIGTERM, previous)
+    if signalled:  # the body ended without the handler's exit: it was raised where Python ignores it
+        raise SystemExit(128 + signal.SIGTERM)
 
 
 def yes(flag: bool) -> str:
