@@ -45,7 +45,19 @@ def why_not_packed_weights(model: Any, dtype: Any) -> str:
     first = next(model.parameters(), None)
     if first is None or first.device.type != "cpu" or first.dtype != torch.float32:
         return "the model's weights are not float32 on the CPU"
+    if dtype is torch.bfloat16 and not _onednn_bf16():
+        # oneDNN refuses to pack a bfloat16 weight on such a CPU (AMD EPYC without AVX-512, for one);
+        # autocast's own products still compute in bfloat16 there
+        return "this CPU has no oneDNN bfloat16 products (they need AVX-512 BW/VL/DQ or AVX-NE-CONVERT)"
     return ""
+
+
+def _onednn_bf16() -> bool:
+    """Whether oneDNN computes bfloat16 products on this CPU (torch's own check, where this torch has it)."""
+    import torch
+
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return True if check is None else bool(check())
 
 
 def _packed_forward(module: Any, packed: Any, bias: Any, dtype: Any, under_autocast: bool) -> Any:
