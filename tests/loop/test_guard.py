@@ -125,3 +125,31 @@ def test_guard_can_be_switched_off(tmp_path):
         assert flag_changed(archive, [played(env_id, rigged, rigged)], 1) == []
     with pytest.raises(ValueError, match="flag_p_value"):
         ArchiveConfig(flag_p_value=0.0)
+
+
+def test_a_reference_game_learned_fast_is_not_flagged(tmp_path):
+    """The win-rate test leaves out the package's own games: their rise is the agent learning (a
+    fixed-pool run lost maze from its pool at 21 of 64 -> 31 of 32). A designed one is still flagged."""
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        ids = {
+            origin: archive.add(
+                SOURCE.replace("'say'", f"'say {origin}'"),
+                valid=True,
+                reason="ok",
+                skill="s",
+                setting="games",
+                iteration=0,
+                origin=origin,
+            ).env_id
+            for origin in ("reference", "designer")
+        }
+        losing = [episode("go", n == 0, seed=n) for n in range(8)]
+        winning = [episode("go", True, seed=n) for n in range(8)]
+        for env_id in ids.values():
+            assert flag_changed(archive, [played(env_id, losing, losing)], 1) == []
+            archive.record_stats(env_id, 1, played(env_id, losing, losing).stats)
+        flags = flag_changed(archive, [played(i, winning, winning) for i in ids.values()], 2)
+        assert [(f.env_id, f.reason) for f in flags] == [(ids["designer"], "win_rate_shift")]
+        rigged = [*winning[:7], episode("", True, seed=9)]  # an empty action still flags any origin
+        flags = flag_changed(archive, [played(ids["reference"], rigged, rigged)], 3)
+        assert [(f.env_id, f.reason) for f in flags] == [(ids["reference"], "empty_action_won")]
