@@ -46,3 +46,4 @@ def test_the_tiny_model_trains_on_gem_and_textarena_games(tmp_path):
     # Both games were played (the pool's two environments), and none of their steps timed out.
     assert metrics["iteration"] == 1 and metrics["agent/envs"] == 2 and metrics["sandbox/timeouts"] == 0
     assert 0.0 <= metrics["agent/win_rate"] <= 1.0
+    assert metrics["guard/flagged"] == 0.0  # no game taken out of the pool by the play-time guard

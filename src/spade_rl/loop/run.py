@@ -167,7 +167,7 @@ class SelfPlay:
         for env in played:
             self.archive.record_stats(env.env_id, i, env.stats, mode="merge")
         # an environment that behaves otherwise in play than in validation leaves the pool (loop/guard.py)
-        flag_changed(self.archive, played, i)
+        flags = flag_changed(self.archive, played, i)
         batch = self._batch(designs, played, i, self.designer_rewards)
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
@@ -180,6 +180,7 @@ class SelfPlay:
         metrics = {"iteration": i, **iteration_metrics(designs, played, batch, update, frontier), **times}
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
+        metrics["guard/flagged"] = float(len(flags))  # environments the play-time guard took out of the pool
         if self.executor.kind == "ray":
             for key in ("actors_lost", "envs_lost", "retries"):
                 metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
