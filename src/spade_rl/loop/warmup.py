@@ -170,16 +170,12 @@ def _train(
     """Cross-entropy on the answer tokens, one sequence per pass, a step every ``batch_size``; the
     mean loss of each step.
 
-    Logits are computed for the answer's positions only (``logits_to_keep``, where the model's forward
-    takes it): the prompt is five sixths of a row, and its logits over the whole vocabulary (and their
+    Logits are computed for the answer's positions only (``logits_to_keep``, which generation passes
+    too): the prompt is five sixths of a row, and its logits over the whole vocabulary (and their
     gradient) were a quarter of the warm-up's time on 2 cores. The allocator's free pages go back to
-    the system after every step and at the end: what the warm-up freed would otherwise stay in the
-    process for the rest of the run, under the play and the update's own memory (2.5 GB on the default
-    model)."""
-    import inspect
-
+    the system at the end: what the warm-up freed would otherwise stay in the process for the rest of
+    the run, under the play and the update's own memory (2.5 GB on the default model)."""
     import torch
-    import torch.nn.functional as F
 
     model, tokenizer = policy.model, policy.tokenizer
     device = next(model.parameters()).device
@@ -189,7 +185,6 @@ def _train(
         prompt += tokenizer(QUESTION_PREFIX, add_special_tokens=False)["input_ids"]
         target = tokenizer(answer, add_special_tokens=False)["input_ids"]
         rows.append((prompt, target))
-    keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
     order = random.Random(f"spade-rl/warmup-order/{config.seed}")
@@ -203,13 +198,12 @@ def _train(
                 batch = [rows[i] for i in indices[start : start + config.batch_size]]
                 total = 0.0
                 for prompt, target in batch:
-                    loss = _answer_loss(model, prompt, target, device, keep_logits, torch, F) / len(batch)
+                    loss = _answer_loss(model, prompt, target, device) / len(batch)
                     loss.backward()
                     total += float(loss.detach())
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 losses.append(total)
-                release_unused_memory()
     finally:
         model.eval()
         del optimizer
@@ -218,15 +212,14 @@ def _train(
     return losses
 
 
-def _answer_loss(model, prompt: list[int], target: list[int], device, keep_logits: bool, torch, F):
+def _answer_loss(model, prompt: list[int], target: list[int], device):
     """The mean cross-entropy of ``target``'s tokens after ``prompt``."""
+    import torch
+
     ids = torch.tensor([prompt + target], device=device)
-    if not keep_logits:
-        labels = torch.tensor([[-100] * len(prompt) + target], device=device)
-        return model(input_ids=ids, labels=labels).loss
     # the last len(target) + 1 positions; the first len(target) of them predict the target's tokens
     logits = model(input_ids=ids, logits_to_keep=len(target) + 1).logits[0, :-1]
-    return F.cross_entropy(logits.float(), torch.tensor(target, device=device))
+    return torch.nn.functional.cross_entropy(logits.float(), torch.tensor(target, device=device))
 
 
 def _save(policy, folder: Path, stats: dict) -> None:
