@@ -87,19 +87,17 @@ def played(env_id: int, nohint: list[Episode], hint: list[Episode]) -> PlayedEnv
     return PlayedEnv(env_id, nohint, hint, play_stats(nohint, hint))
 
 
+def add_env(archive: Archive, name: str, origin: str = "designer") -> int:
+    """A valid environment of its own source (``name`` in its observation) added to ``archive``."""
+    source = SOURCE.replace("'say'", f"'say {name}'")
+    return archive.add(
+        source, valid=True, reason="ok", skill="s", setting="games", iteration=0, origin=origin
+    ).env_id
+
+
 def test_flags_leave_the_pool_and_are_forgotten_with_their_iteration(tmp_path):
     with Archive(tmp_path / "archive.sqlite") as archive:
-        ids = [
-            archive.add(
-                SOURCE.replace("'say'", f"'say {n}'"),
-                valid=True,
-                reason="ok",
-                skill="s",
-                setting="games",
-                iteration=0,
-            ).env_id
-            for n in range(2)
-        ]
+        ids = [add_env(archive, str(n)) for n in range(2)]
         honest = [episode("go", n % 2 == 0, seed=n) for n in range(4)]
         rigged = [episode("", True, seed=n) for n in range(4)]
         flags = flag_changed(archive, [played(ids[0], honest, honest), played(ids[1], rigged, honest)], 3)
@@ -131,18 +129,7 @@ def test_a_reference_game_learned_fast_is_not_flagged(tmp_path):
     """The win-rate test leaves out the package's own games: their rise is the agent learning (a
     fixed-pool run lost maze from its pool at 21 of 64 -> 31 of 32). A designed one is still flagged."""
     with Archive(tmp_path / "archive.sqlite") as archive:
-        ids = {
-            origin: archive.add(
-                SOURCE.replace("'say'", f"'say {origin}'"),
-                valid=True,
-                reason="ok",
-                skill="s",
-                setting="games",
-                iteration=0,
-                origin=origin,
-            ).env_id
-            for origin in ("reference", "designer")
-        }
+        ids = {origin: add_env(archive, origin, origin) for origin in ("reference", "designer")}
         losing = [episode("go", n == 0, seed=n) for n in range(8)]
         winning = [episode("go", True, seed=n) for n in range(8)]
         for env_id in ids.values():
