@@ -3,7 +3,9 @@
 The file is in WAL mode: readers in other connections or processes read a consistent snapshot while
 one writer writes. A file that is not an archive, or of another schema version, is refused with what
 it is instead. ``transaction()`` is a write transaction (``BEGIN IMMEDIATE``; nested, a savepoint),
-``snapshot()`` a read transaction (several queries see one committed state).
+``snapshot()`` a read transaction (several queries see one committed state). ``scalar``, ``insert_env``,
+``insert_lineage`` and ``write_stats`` are the statements that ``Archive`` and the JSONL import
+(:mod:`spade_rl.archive.jsonl`) both write with, inside a transaction of theirs.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from spade_rl.archive.config import ArchiveConfig
-from spade_rl.archive.records import ArchiveError
-from spade_rl.archive.schema import APPLICATION_ID, SCHEMA, SCHEMA_VERSION
+from spade_rl.archive.records import ArchiveError, PlayStats
+from spade_rl.archive.schema import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, STATS_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +135,38 @@ class ArchiveConnection:
         finally:
             self._depth -= 1
             self.conn.execute("COMMIT")
+
+    # -- the statements both the archive and the import write with ----------------------------------
+
+    def scalar(self, sql: str, *args: object) -> object:
+        """The first column of the first row, or None without a row."""
+        row = self.conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    def insert_env(self, values: tuple, parents: Sequence[int]) -> int:
+        """Insert an environment row (the columns below, in order) and its parent links; returns its id."""
+        cursor = self.conn.execute(
+            "INSERT INTO environments (source_hash, source, hint, valid, reason, message, class_name, skill, "
+            "setting, document_id, iteration, origin, created_at, metadata) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+        self.insert_lineage(cursor.lastrowid, parents)  # type: ignore[arg-type]
+        return cursor.lastrowid  # type: ignore[return-value]
+
+    def insert_lineage(self, env_id: int, parents: Sequence[int]) -> None:
+        self.conn.executemany(
+            "INSERT INTO lineage (env_id, parent_id, position) VALUES (?, ?, ?)",
+            [(env_id, p, i) for i, p in enumerate(parents)],
+        )
+
+    def write_stats(self, env_id: int, iteration: int, stats: PlayStats, at: float, *, replace: bool) -> bool:
+        """Write one (env, iteration) row of play statistics; ``replace=False`` keeps a row already there.
+        Returns whether a row was written."""
+        values = [getattr(stats, c) for c in STATS_COLUMNS]
+        cursor = self.conn.execute(
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO stats (env_id, iteration, "
+            f"{', '.join(STATS_COLUMNS)}, recorded_at) VALUES ({', '.join('?' * (len(values) + 3))})",
+            (env_id, iteration, *values, at),
+        )
+        return cursor.rowcount > 0

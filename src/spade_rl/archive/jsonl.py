@@ -44,6 +44,7 @@ from spade_rl.archive.records import (
 )
 
 if TYPE_CHECKING:
+    from spade_rl.archive.connection import ArchiveConnection
     from spade_rl.archive.store import Archive
 
 log = logging.getLogger(__name__)
@@ -138,15 +139,16 @@ def _decode_stats(env_id: int, valid: bool, rows: object) -> tuple[IterationStat
     return tuple(out)
 
 
-def export_jsonl(archive: Archive, path: Path, *, valid_only: bool = False) -> int:
-    """Write one line per environment of ``archive`` (oldest first) to ``path``; returns the count.
+def export_jsonl(archive: Archive, db: ArchiveConnection, path: Path, *, valid_only: bool = False) -> int:
+    """Write one line per environment of ``archive`` (oldest first; ``db`` its file) to ``path``; returns
+    the count.
 
     The lines come from one read snapshot and go to ``path.tmp`` first, renamed over ``path`` at the end,
     so a reader never sees half an export.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with archive._snapshot(), open(tmp, "w", encoding="utf-8") as out:
+        with db.snapshot(), open(tmp, "w", encoding="utf-8") as out:
             ids = archive.ids(valid=True if valid_only else None)
             for env_id in ids:
                 out.write(encode_env(archive.get(env_id), archive.stats_history(env_id)) + "\n")
@@ -158,9 +160,9 @@ def export_jsonl(archive: Archive, path: Path, *, valid_only: bool = False) -> i
 
 
 def import_jsonl(
-    archive: Archive, path: Path, *, origin: str | None = "import", on_error: str = "raise"
+    db: ArchiveConnection, path: Path, *, origin: str | None = "import", on_error: str = "raise"
 ) -> ImportResult:
-    """Add the environments of a JSONL export to ``archive``, in one transaction.
+    """Add the environments of a JSONL export to the archive file ``db``, in one transaction.
 
     - Environments already there (same normalised source) are not added again: their record and lineage
       stay, and only statistics of iterations they lack are added (their own rows win).
@@ -174,12 +176,12 @@ def import_jsonl(
     if origin is not None:
         check_choice("origin", origin, ORIGINS)
     items, skipped = _read_lines(path, on_error)
-    with archive._transaction():
-        result = _insert_all(archive, items, origin)
+    with db.transaction():
+        result = _insert_all(db, items, origin)
     result = dataclasses.replace(result, skipped=tuple(skipped))
     log.info(
         "imported %s into %s: %d added, %d duplicates, %d malformed lines skipped",
-        path, archive.path, result.added, result.duplicates, len(skipped),
+        path, db.path, result.added, result.duplicates, len(skipped),
     )  # fmt: skip
     return result
 
@@ -230,16 +232,16 @@ def _read_lines(path: Path, on_error: str) -> tuple[list[ImportedEnv], list[tupl
     return items, skipped
 
 
-def _insert_all(archive: Archive, items: list[ImportedEnv], origin: str | None) -> ImportResult:
+def _insert_all(db: ArchiveConnection, items: list[ImportedEnv], origin: str | None) -> ImportResult:
     id_map: dict[int, int] = {}
     created: dict[int, ImportedEnv] = {}  # new id -> the line that created it
     for item in items:
         r = item.record
-        existing = archive._scalar("SELECT id FROM environments WHERE source_hash = ?", r.source_hash)
+        existing = db.scalar("SELECT id FROM environments WHERE source_hash = ?", r.source_hash)
         if existing is None:
             values = (r.source_hash, r.source, r.hint, r.valid, r.reason, r.message, r.class_name, r.skill)
             values += (r.setting, r.document_id, r.iteration, origin or r.origin, r.created_at)
-            new_id = archive._insert_env((*values, encode_metadata(r.metadata)), ())
+            new_id = db.insert_env((*values, encode_metadata(r.metadata)), ())
             created[new_id] = item
             id_map[r.env_id] = new_id
         else:
@@ -250,15 +252,15 @@ def _insert_all(archive: Archive, items: list[ImportedEnv], origin: str | None) 
         dropped += sum(p is None for p in parents)
         # Two exported parents may be one environment here; an environment is never its own parent.
         kept = list(dict.fromkeys(p for p in parents if p is not None and p != new_id))
-        archive._insert_lineage(new_id, kept)
+        db.insert_lineage(new_id, kept)
     if dropped:
         log.warning("import: %d parent links point to environments not in the file; dropped", dropped)
     stats_added = stats_ignored = 0
     for item in items:
         target = id_map[item.record.env_id]
-        target_valid = archive._scalar("SELECT valid FROM environments WHERE id = ?", target)
+        target_valid = db.scalar("SELECT valid FROM environments WHERE id = ?", target)
         for row in item.stats:
-            if target_valid and archive._write_stats(
+            if target_valid and db.write_stats(
                 target, row.iteration, row.stats, row.recorded_at, replace=False
             ):
                 stats_added += 1

@@ -188,11 +188,11 @@ class Archive:
         digest, now = source_hash(source), time.time()
         with self._transaction():
             self._check_exist(parents)
-            existing = self._scalar("SELECT id FROM environments WHERE source_hash = ?", digest)
+            existing = self._db.scalar("SELECT id FROM environments WHERE source_hash = ?", digest)
             env_id = existing
             if env_id is None:
                 values = (digest, source, hint, valid, reason, message, class_name, skill, setting)
-                env_id = self._insert_env((*values, document_id, iteration, origin, now, meta), parents)
+                env_id = self._db.insert_env((*values, document_id, iteration, origin, now, meta), parents)
             self._conn.execute(
                 "INSERT INTO proposals (env_id, iteration, valid, reason, duplicate, parents, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -200,31 +200,10 @@ class Archive:
             )
         return AddResult(env_id, existing is not None)  # type: ignore[arg-type]
 
-    def _insert_env(self, values: tuple, parents: Sequence[int]) -> int:
-        cursor = self._conn.execute(
-            "INSERT INTO environments (source_hash, source, hint, valid, reason, message, class_name, skill, "
-            "setting, document_id, iteration, origin, created_at, metadata) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
-        )
-        self._insert_lineage(cursor.lastrowid, parents)  # type: ignore[arg-type]
-        return cursor.lastrowid  # type: ignore[return-value]
-
-    def _insert_lineage(self, env_id: int, parents: Sequence[int]) -> None:
-        self._conn.executemany(
-            "INSERT INTO lineage (env_id, parent_id, position) VALUES (?, ?, ?)",
-            [(env_id, p, i) for i, p in enumerate(parents)],
-        )
-
     def _check_exist(self, env_ids: Sequence[int]) -> None:
         for env_id in env_ids:
-            if self._scalar("SELECT 1 FROM environments WHERE id = ?", env_id) is None:
+            if self._db.scalar("SELECT 1 FROM environments WHERE id = ?", env_id) is None:
                 raise KeyError(f"no environment with id {env_id} in {self.path}")
-
-    def _scalar(self, sql: str, *args: object) -> object:
-        """The first column of the first row, or None without a row."""
-        row = self._conn.execute(sql, args).fetchone()
-        return None if row is None else row[0]
 
     def flag(self, env_id: int, iteration: int, reason: str, message: str = "") -> bool:
         """Flag a valid environment found in ``iteration`` to behave otherwise in play than validation
@@ -260,35 +239,22 @@ class Archive:
             raise ValueError(f"stats must be a PlayStats, got {type(stats).__name__}")
         with self._transaction():
             self._check_exist([env_id])
-            reason = self._scalar("SELECT reason FROM environments WHERE id = ?", env_id)
+            reason = self._db.scalar("SELECT reason FROM environments WHERE id = ?", env_id)
             if reason != "ok":
                 raise ValueError(f"environment {env_id} is invalid ({reason}); only valid ones are played")
             if mode == "merge":
                 old = self._stats_rows("WHERE env_id = ? AND iteration = ?", (env_id, iteration))
                 if old:
                     stats = merge_stats(old[0].stats, stats)
-            self._write_stats(env_id, iteration, stats, time.time(), replace=True)
+            self._db.write_stats(env_id, iteration, stats, time.time(), replace=True)
         return stats
-
-    def _write_stats(
-        self, env_id: int, iteration: int, stats: PlayStats, at: float, *, replace: bool
-    ) -> bool:
-        values = [getattr(stats, c) for c in STATS_COLUMNS]
-        cursor = self._conn.execute(
-            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO stats (env_id, iteration, "
-            f"{', '.join(STATS_COLUMNS)}, recorded_at) VALUES ({', '.join('?' * (len(values) + 3))})",
-            (env_id, iteration, *values, at),
-        )
-        return cursor.rowcount > 0
-
-    # -- reading ------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM environments").fetchone()[0]
 
     def find(self, source: str) -> int | None:
         """The id of the environment with the same normalised source, if any."""
-        return self._scalar("SELECT id FROM environments WHERE source_hash = ?", source_hash(source))  # type: ignore[return-value]
+        return self._db.scalar("SELECT id FROM environments WHERE source_hash = ?", source_hash(source))  # type: ignore[return-value]
 
     def get(self, env_id: int) -> EnvRecord:
         """The record of ``env_id``; ``KeyError`` if there is none."""
@@ -299,7 +265,7 @@ class Archive:
             if row is None:
                 raise KeyError(f"no environment with id {env_id} in {self.path}")
             parents = self._parents(env_id)
-            proposed = self._scalar("SELECT COUNT(*) FROM proposals WHERE env_id = ?", env_id)
+            proposed = self._db.scalar("SELECT COUNT(*) FROM proposals WHERE env_id = ?", env_id)
         # The columns are in the order of EnvRecord's fields, up to created_at.
         return EnvRecord(
             *row[:4],
@@ -477,13 +443,13 @@ class Archive:
 
     def export_jsonl(self, path: str | os.PathLike, *, valid_only: bool = False) -> int:
         """Write one line per environment (with its statistics) to ``path``, atomically; returns the count."""
-        return jsonl.export_jsonl(self, Path(path), valid_only=valid_only)
+        return jsonl.export_jsonl(self, self._db, Path(path), valid_only=valid_only)
 
     def import_jsonl(
         self, path: str | os.PathLike, *, origin: str | None = "import", on_error: str = "raise"
     ) -> ImportResult:
         """Add the environments of a JSONL export in one transaction; see :func:`jsonl.import_jsonl`."""
-        return jsonl.import_jsonl(self, Path(path), origin=origin, on_error=on_error)
+        return jsonl.import_jsonl(self._db, Path(path), origin=origin, on_error=on_error)
 
 
 def _filters(values: dict[str, object]) -> tuple[str, list[object]]:

@@ -71,7 +71,7 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
         with Sandbox(probe_config) as sandbox:
             for report in sandbox.layer_reports():
                 active[report["name"]] = (report["active"] or report["not_needed"], report["detail"])
-            if sandbox._bwrap:
+            if sandbox.under_bwrap:
                 active["bwrap"] = (True, "workers start inside bwrap")
     except SandboxUnavailable as exc:
         return [], str(exc)

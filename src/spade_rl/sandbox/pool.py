@@ -230,6 +230,11 @@ class Sandbox:
         )
         return replace(result, error=result.error + why)
 
+    @property
+    def under_bwrap(self) -> bool:
+        """Whether workers start inside bubblewrap (the ``bwrap`` layer, on and usable)."""
+        return bool(self._bwrap)
+
     def layer_reports(self) -> list[dict]:
         """The layer reports of a (new, if need be) worker: what is active on this machine."""
         return self.start()
