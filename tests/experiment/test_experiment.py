@@ -313,7 +313,7 @@ def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeyp
     run starts from, which is the base model after the designer's warm-up, not the bare base model."""
     import contextlib
 
-    from spade_rl.experiment import runner
+    from spade_rl.experiment import arm_run
 
     calls = []
 
@@ -330,7 +330,7 @@ def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeyp
     )
     monkeypatch.setattr("spade_rl.sandbox.Sandbox", lambda config: contextlib.nullcontext("sandbox"))
     spec = load_experiment(write_experiment(tmp_path, MINIMAL))
-    assert runner._evaluate_start(spec.arms[0].config(0), spec) == "result"
+    assert arm_run.evaluate_start(spec.arms[0].config(0), spec) == "result"
     assert calls == ["make", ("warm_up", "Policy"), "evaluate", "close"]
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from spade_rl.evaluate.results import ALPHA, EvalResult, compare
 from spade_rl.experiment import paired
-from spade_rl.experiment.runner import RunRecord
+from spade_rl.experiment.arm_run import RunRecord
 from spade_rl.experiment.spec import Experiment
 from spade_rl.loop.stages import upgrade_metrics
 

@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from spade_rl.experiment.runner import RunRecord
+from spade_rl.experiment.arm_run import RunRecord
 from spade_rl.loop.stages import upgrade_metrics
 
 PANELS = (

@@ -1,7 +1,7 @@
 """The arms of an experiment side by side on a Ray cluster (``placement = "ray"``).
 
 Each arm with each seed is one Ray task asking for ``arm_cpus`` CPUs and ``arm_gpus`` GPUs; it runs
-the same code as an arm run in turn (:func:`spade_rl.experiment.runner._run_arm`), in the experiment
+the same code as an arm run in turn (:func:`spade_rl.experiment.arm_run.run_arm`), in the experiment
 folder, which must therefore be on a file system every node shares. The start evaluations go first,
 one task per distinct starting model, so arms that share one do not compute it twice. The driver
 keeps nothing an arm needs: a task that dies with its node is run again by Ray (``max_retries``) and
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from spade_rl.experiment.spec import Experiment, ExperimentError, start_key
 
 if TYPE_CHECKING:
-    from spade_rl.experiment.runner import Progress, RunRecord
+    from spade_rl.experiment.arm_run import Progress, RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +125,18 @@ def _folder_here(folder: str) -> Path:
 
 
 def _start_evaluation(experiment: Experiment, arm_name: str, seed: int, folder: str) -> None:
-    from spade_rl.experiment.runner import _evaluate_start
+    from spade_rl.experiment.arm_run import evaluate_start
 
     path = _folder_here(folder)
     config = experiment.arm(arm_name).config(seed, experiment.evaluation)
     target = path / "start" / f"{start_key(config, experiment.evaluation)}.json"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        _evaluate_start(config, experiment).write(target)
+        evaluate_start(config, experiment).write(target)
 
 
 def _arm(experiment: Experiment, arm_name: str, seed: int, folder: str) -> RunRecord:
-    from spade_rl.experiment.runner import _run_arm
+    from spade_rl.experiment.arm_run import run_arm
 
     path = _folder_here(folder)
     label = f"arm {arm_name}, seed {seed}"
@@ -144,6 +144,6 @@ def _arm(experiment: Experiment, arm_name: str, seed: int, folder: str) -> RunRe
     def say(message: str) -> None:
         print(message, flush=True)  # Ray forwards a task's output to the driver, prefixed with its node
 
-    record = _run_arm(experiment, experiment.arm(arm_name), seed, path, say)
+    record = run_arm(experiment, experiment.arm(arm_name), seed, path, say)
     log.info("%s finished (%s)", label, record.where)
     return record
