@@ -175,8 +175,13 @@ def test_bad_sources_say_what_is_wrong(tmp_path):
     path, _ = _archive(tmp_path)
     with pytest.raises(ValueError, match="give environment ids"):
         load_environments(str(path), ("guess",))
-    with pytest.raises(ValueError, match="no valid environment with id"):
+    with pytest.raises(ValueError, match=r"envs\.envs: no environment 999 in .*; its valid ids: 1, 2, 3, 4$"):
         load_environments(str(path), ("999",))
+    with pytest.raises(ValueError, match=r"environment 5 in .* was rejected by validation \(no_reset\)"):
+        load_environments(str(path), ("5",))
+    (tmp_path / "empty-run").mkdir()
+    with pytest.raises(ValueError, match="no archive at"):
+        load_environments(str(tmp_path / "empty-run"))  # a folder without archive.sqlite
     (tmp_path / "bad.jsonl").write_text('{"format": "spade-rl-env/1"}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:1"):
         load_environments(str(tmp_path / "bad.jsonl"))

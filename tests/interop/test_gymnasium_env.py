@@ -17,8 +17,8 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from fixture_envs import HANGS, PARITY  # noqa: E402
 from spade_rl.archive import Archive  # noqa: E402
+from spade_rl.envs.sources import UnknownEnvironment  # noqa: E402
 from spade_rl.interop import gymnasium as spade_gym  # noqa: E402
-from spade_rl.interop.gym_sources import UnknownEnvironment  # noqa: E402
 
 
 def variant(name: str, old: str, new: str) -> str:

@@ -82,7 +82,7 @@ def test_pool_errors_say_what_was_wrong(pool_files, tmp_path):
     _, jsonl, _ = pool_files
     with pytest.raises(ValueError, match=r"cannot load environments from .*nowhere.*neither 'reference'"):
         load_pool(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match=r"no valid environment with id\(s\) \[99\]") as caught:
+    with pytest.raises(ValueError, match=r"no environment 99 in .*; its valid ids: 1, 2$") as caught:
         load_pool(jsonl, ids=[99])
     assert "option envs" not in str(caught.value)  # worded for this caller, not for spade-rl eval
     (tmp_path / "empty.jsonl").write_text("")

@@ -222,7 +222,7 @@ def envs_serve(
         from spade_rl.interop.openenv_server import ServeConfig, serve
     except ImportError as exc:
         raise fail(f"serving needs the openenv extra: pip install 'spade-rl[openenv]' ({exc})") from None
-    from spade_rl.interop.gym_sources import UnknownEnvironment, served_entries
+    from spade_rl.envs.sources import UnknownEnvironment, served_entries
 
     try:
         entries = served_entries(

@@ -1,14 +1,15 @@
-"""Where an environment to play elsewhere comes from: a reference name, an archive, a JSONL pool or a file.
+"""Where an environment to play comes from: a reference name, an archive, a JSONL pool or a file.
 
-    >>> from spade_rl.interop.gym_sources import reference_entry
+    >>> from spade_rl.envs.sources import reference_entry
     >>> entry = reference_entry("guess")
     >>> entry.name, entry.setting, "class GuessEnv" in entry.source
     ('guess', 'games', True)
 
 Every function here only reads text (the archive through SQLite, a pool line as JSON, a file as UTF-8):
-none executes an environment. The Gymnasium adapter (:mod:`spade_rl.interop.gymnasium`) and the OpenEnv
-server (:mod:`spade_rl.interop.openenv_server`) both resolve what the user named through them, so that
-both refuse the same bad names and ids with the same messages. Only environments that passed validation
+none executes an environment. The Gymnasium adapter (:mod:`spade_rl.interop.gymnasium`), the OpenEnv
+server (:mod:`spade_rl.interop.openenv_server`) and the ``envs`` evaluation suite
+(:func:`spade_rl.evaluate.envs_suite.load_environments`) all resolve what the user named through them, so
+that all refuse the same bad names and ids with the same messages. Only environments that passed validation
 are offered from an archive or a pool: a rejected design may not even load.
 """
 

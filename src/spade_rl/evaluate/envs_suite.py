@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import reference
+from spade_rl.envs.sources import UnknownEnvironment, archive_entries, jsonl_entries
 from spade_rl.evaluate._episodes import episode_item, episode_metrics, play_episodes
 from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult
 from spade_rl.policy import Policy
@@ -206,62 +207,25 @@ def load_environments(source: str, wanted: tuple[str, ...] = ()) -> list[HeldOut
         # Without a selection: the reference environments, never the held-out ones (named only).
         names = [n for n in reference.ALL if n in wanted] if wanted else list(reference.NAMES)
         return [HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in names]
-    path = Path(source)
-    if not path.exists():
+    if not Path(source).exists():
         raise ValueError(
             f"option envs.source: {source!r} is neither 'reference' nor an existing run directory, "
             "archive.sqlite file or JSONL pool"
         )
     ids = _ids(wanted)
-    if path.suffix == ".jsonl":
-        envs = _from_jsonl(path, ids)
-    else:
-        envs = _from_archive(path / "archive.sqlite" if path.is_dir() else path, ids)
-    if not envs:
-        raise ValueError(
-            f"option envs.source: {source} holds no valid environment" + (f" with ids {ids}" if ids else "")
-        )
-    return envs
+    try:
+        if source.endswith(".jsonl"):
+            entries = jsonl_entries(source, ids)
+        else:
+            entries = archive_entries(source, ids)
+    except UnknownEnvironment as exc:
+        raise ValueError(f"option envs.{'envs' if ids else 'source'}: {exc}") from None
+    return [HeldOutEnv(e.name, e.source, e.setting, e.env_kwargs) for e in entries]
 
 
-def _ids(wanted: tuple[str, ...]) -> list[int]:
+def _ids(wanted: tuple[str, ...]) -> tuple[int, ...]:
     if not all(w.isdigit() for w in wanted):
         raise ValueError(
             f"option envs.envs: give environment ids (numbers) for an archive or pool, got {wanted}"
         )
-    return [int(w) for w in wanted]
-
-
-def _from_archive(path: Path, ids: list[int]) -> list[HeldOutEnv]:
-    from spade_rl.archive import Archive, ArchiveError
-
-    try:
-        with Archive(path, readonly=True) as archive:
-            valid = archive.ids(valid=True)
-            missing = [i for i in ids if i not in valid]
-            if missing:
-                raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")
-            records = [archive.get(i) for i in valid if not ids or i in ids]
-    except (ArchiveError, FileNotFoundError) as exc:
-        raise ValueError(f"option envs.source: {exc}") from None
-    return [HeldOutEnv(f"env{r.env_id}", r.source, r.setting, r.env_kwargs) for r in records]
-
-
-def _from_jsonl(path: Path, ids: list[int]) -> list[HeldOutEnv]:
-    from spade_rl.archive.jsonl import read_valid_envs
-
-    try:
-        records = read_valid_envs(path)
-    except OSError as exc:
-        raise ValueError(f"option envs.source: cannot read {path}: {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"option envs.source: {exc}") from None
-    envs = [
-        HeldOutEnv(f"env{r.env_id}", r.source, r.setting, r.env_kwargs)
-        for _, r in records
-        if not ids or r.env_id in ids
-    ]
-    missing = sorted(set(ids) - {int(e.label[3:]) for e in envs})
-    if missing:
-        raise ValueError(f"option envs.envs: no valid environment with id(s) {missing} in {path}")
-    return envs
+    return tuple(int(w) for w in wanted)

@@ -27,7 +27,7 @@ from spade_rl.envs.contract import (
     check_solution_value,
     check_step_value,
 )
-from spade_rl.interop.gym_sources import EnvEntry
+from spade_rl.envs.sources import EnvEntry
 from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, SandboxFull
 
 log = logging.getLogger(__name__)

@@ -43,8 +43,7 @@ import gymnasium
 from gymnasium import spaces
 
 from spade_rl.envs import reference
-from spade_rl.interop.gym_episode import Outcome, SandboxedEpisode
-from spade_rl.interop.gym_sources import (
+from spade_rl.envs.sources import (
     EnvEntry,
     UnknownEnvironment,
     archive_entries,
@@ -52,6 +51,7 @@ from spade_rl.interop.gym_sources import (
     jsonl_entries,
     reference_entry,
 )
+from spade_rl.interop.gym_episode import Outcome, SandboxedEpisode
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
 NAMESPACE = "spade-rl"

@@ -52,9 +52,9 @@ from pydantic import ValidationError
 
 from spade_rl import __version__
 from spade_rl.envs import reference
+from spade_rl.envs.sources import EnvEntry
 from spade_rl.interop import openenv_models as m
 from spade_rl.interop.gym_episode import SandboxedEpisode
-from spade_rl.interop.gym_sources import EnvEntry
 from spade_rl.interop.openenv_socket import serve_socket
 from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
