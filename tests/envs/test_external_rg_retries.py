@@ -9,8 +9,9 @@ import json
 import pytest
 
 from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.envs.external.reasoning_gym_source import reasoning_gym_env_source
 from spade_rl.envs.loader import find_env_classes
-from spade_rl.loop.pool import reasoning_gym_entries, reasoning_gym_env_source
+from spade_rl.loop.pool import reasoning_gym_entries
 from spade_rl.policy import FakePolicy
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
 

@@ -15,14 +15,9 @@ from test_selfplay import PARITY
 
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.envs.external.reasoning_gym_source import reasoning_gym_env_source, training_seed
 from spade_rl.loop.config import PoolConfig
-from spade_rl.loop.pool import (
-    RG_SKILL_PREFIX,
-    jsonl_entries,
-    reasoning_gym_env_source,
-    seed_pool,
-    training_seed,
-)
+from spade_rl.loop.pool import RG_SKILL_PREFIX, jsonl_entries, seed_pool
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
 SETTINGS = ValidationSettings(max_turns=2)

@@ -224,7 +224,7 @@ class PoolConfig:
                 f"{self.reasoning_gym_items} and {self.reasoning_gym_seed}"
             )
         if self.reasoning_gym:
-            from spade_rl.loop.pool import check_reasoning_gym_tasks
+            from spade_rl.envs.external.reasoning_gym_source import check_reasoning_gym_tasks
 
             try:
                 check_reasoning_gym_tasks(self.reasoning_gym)
