@@ -45,7 +45,8 @@ def design(
     from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
     from spade_rl.design.prompts import PromptConfig
     from spade_rl.loop.config import RunConfig
-    from spade_rl.loop.designing import DesignPhaseConfig, design_environments, seed_reference_environments
+    from spade_rl.loop.designing import DesignPhaseConfig, design_environments
+    from spade_rl.loop.pool import seed_reference_environments
     from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up
     from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from spade_rl.design.prompts import (
     tool_kit_designer_chat,
 )
 from spade_rl.design.validate import ValidationReport, ValidationSettings
-from spade_rl.envs import kits, reference
+from spade_rl.envs import kits
 from spade_rl.executor import Executor, as_executor
 from spade_rl.loop.design_extras import llm_validate, repair_designs
 from spade_rl.loop.stages import Design, Proposal
@@ -236,60 +235,6 @@ def generate_with_prefix(
         policy.render(chat, add_generation_prompt=True, thinking=thinking) + prefix_ids for chat in chats
     ]
     return [dataclasses.replace(g, text=prefix + g.text) for g in policy.generate_tokens(prompts, settings)]
-
-
-def seed_reference_environments(
-    archive: Archive,
-    executor: Executor | Sandbox,
-    settings: ValidationSettings,
-    names: tuple[str, ...] | None = None,
-    env_kwargs: dict[str, dict] | None = None,
-) -> int:
-    """Validate the built-in reference environments (``names``, default all) and add the missing ones
-    (iteration 0, origin "reference", with their hints): the designer's memory and the training pool
-    before anything valid is designed. ``env_kwargs`` maps a name to constructor arguments (for
-    example an easier size) that it is validated, and then always played, with."""
-    added = 0
-    names = reference.NAMES if names is None else names
-    env_kwargs = env_kwargs or {}
-    missing = [name for name in names if archive.find(reference.source(name)) is None]
-    by_kwargs: dict[str, list[str]] = {}  # one batch of validations per set of constructor arguments
-    for name in missing:
-        by_kwargs.setdefault(json.dumps(env_kwargs.get(name, {}), sort_keys=True), []).append(name)
-    reports: dict[str, ValidationReport] = {}
-    for kwargs, group in by_kwargs.items():
-        # The trivial-policy check guards against designs that can be won without playing; the
-        # reference games are ours, and their difficulty is what pool.reference_kwargs asks for (the
-        # CPU default's two-number arithmetic stories can be guessed from the story 2 times in 8).
-        extra = dataclasses.replace(
-            settings, env_kwargs={**settings.env_kwargs, **json.loads(kwargs)}, trivial_seeds=0
-        )
-        requests = [(reference.source(name), reference.HINTS[name]) for name in group]
-        reports.update(zip(group, as_executor(executor).validate_many(requests, extra), strict=True))
-    for name in missing:
-        report = reports[name]
-        source = reference.source(name)
-        result = archive.add(
-            source,
-            valid=report.valid,
-            reason=report.reason,
-            message=report.message,
-            skill=name,
-            setting=reference.SETTINGS[name],
-            iteration=0,
-            hint=reference.HINTS[name],
-            class_name=report.class_name,
-            origin="reference",
-            metadata={"name": name, "validation_seconds": report.seconds},
-            env_kwargs=report.env_kwargs if report.valid else None,
-        )
-        added += not result.duplicate
-        if not report.valid and "max_turns is" in report.message:
-            # Expected on short-episode settings (the CPU default plays 4 turns): not in the pool.
-            log.info("reference environment %s left out of the pool: %s", name, report.message)
-        elif not report.valid:
-            log.warning("reference environment %s failed validation: %s", name, report.message)
-    return added
 
 
 def design_environments(
