@@ -35,8 +35,11 @@ class TransformersConfig:
     bfloat16 (float16 where unsupported) on a GPU. ``batch_size`` caps the rows of one forward pass; larger
     batches are split (prompts of similar length go together). Decoding is bound by reading the weights
     once per step, so rows that share a step come cheap: a step of 64 rows costs about twice one of 8 on a
-    2-core CPU (``bench/iteration.py``: 208 vs 52 tokens/s), and a default iteration's play (48 episodes)
-    is one batch.
+    2-core CPU (``bench/iteration.py``: 208 vs 52 tokens/s). ``batch_tokens`` (0: no limit) caps what one
+    batch's key/value cache holds, rows x (the longest prompt + max_new_tokens) positions: a batch of long
+    conversations goes in fewer rows (a row longer than the cap goes alone), short ones still fill
+    ``batch_size``. One position costs what a prefix-cache token does (below): 45 KiB for the default
+    model, so 64 rows of 800 positions hold 2.2 GiB.
 
     ``prefix_cache_tokens`` is the budget, in tokens, of the prefix cache: the keys and values of past
     sequences kept between calls, so that a conversation that grows turn by turn only encodes its new tokens
@@ -64,6 +67,7 @@ class TransformersConfig:
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 64
+    batch_tokens: int = 0
     attn_implementation: str | None = None  # None: the model's default ("sdpa" for most)
     prefix_cache_tokens: int = 32768
     autocast: str = "off"
@@ -81,15 +85,8 @@ class TransformersConfig:
         _check_choice("transformers dtype", self.dtype, DTYPES)
         _check_positive("transformers batch_size", self.batch_size, integer=True)
         _check_choice("transformers autocast", self.autocast, AUTOCASTS)
-        if (
-            isinstance(self.prefix_cache_tokens, bool)
-            or not isinstance(self.prefix_cache_tokens, int)
-            or self.prefix_cache_tokens < 0
-        ):
-            raise ValueError(
-                "transformers prefix_cache_tokens must be an integer >= 0 (0 = no prefix cache), "
-                f"got {self.prefix_cache_tokens!r}"
-            )
+        _check_tokens("batch_tokens", self.batch_tokens, "no limit on a batch's cache")
+        _check_tokens("prefix_cache_tokens", self.prefix_cache_tokens, "no prefix cache")
 
 
 @dataclass(frozen=True)
@@ -302,6 +299,11 @@ def _known_keys(where: str, kind: type, data: dict[str, Any]) -> dict[str, Any]:
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} {value!r} is not allowed; allowed: {list(allowed)}")
+
+
+def _check_tokens(name: str, value: object, zero: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"transformers {name} must be an integer >= 0 (0 = {zero}), got {value!r}")
 
 
 def _check_positive(name: str, value: object, *, integer: bool = False) -> None:

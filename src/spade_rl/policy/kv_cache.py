@@ -4,20 +4,21 @@
 step in place instead of concatenating; ``fill_past`` lays cached prefixes out in it (right-aligned, masked
 padding before them); ``why_no_prefix_cache`` and ``check_batch_cache`` say when a model's cache is not made
 of plain ``DynamicLayer`` s of ``[batch, heads, positions, head_dim]`` tensors, the only layout that the
-prefix cache (:mod:`spade_rl.policy.prefix_cache`) can rebuild from stored tensors. transformers is
-imported only when these are called.
+prefix cache (:mod:`spade_rl.policy.prefix_cache`) can rebuild from stored tensors; ``keep_rows`` copies
+a batch's rows into that cache. transformers is imported only when these are called.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-    from spade_rl.policy.prefix_cache import Reuse
+    from spade_rl.policy.prefix_cache import PrefixCache, Reuse
 
 
 def why_no_prefix_cache(model: PreTrainedModel) -> str:
@@ -203,3 +204,97 @@ def new_cache(model: PreTrainedModel, capacity: int | None = None, dtype: Any = 
         else:
             cache.layer_class_to_replicate = functools.partial(growing_layer_class(), capacity, dtype)
     return cache
+
+
+def keep_rows(
+    prefix: PrefixCache,
+    cache: Any,
+    prompts: Sequence[Sequence[int]],
+    reuse: Sequence[Reuse],
+    tokens: Sequence[Sequence[int]],
+    slots: Sequence[tuple[int, int]],
+    store: Sequence[int],
+    replace: bool = True,
+    last: bool = False,
+) -> None:
+    """Keep the keys/values (prompt + completion but the last token) of the batch cache's rows ``store`` in
+    ``prefix``; row i's prompt, reuse, completion tokens and slots are ``prompts[i]`` .. ``slots[i]``.
+
+    In the batch cache, row i with ``c`` reused tokens holds them up to position ``slots[i][0]``
+    (exclusive), and the other tokens of its prompt, then its fed completion tokens, from ``slots[i][1]``
+    on; the copies leave all padding out. An entry a row extends is dropped (``replace``) once no other row
+    of the call still reads it. Room is made first (least recently used entries dropped), then the copies
+    go layer by layer; ``last`` (the batch is done with its cache) lets go of each layer of the batch cache
+    once copied: the batch's keys/values and the new entries are never both held whole. The cache must
+    have passed :func:`check_batch_cache`."""
+    layers = cache.layers
+    first = layers[0].keys
+    kept = []
+    for i in store:
+        used = reuse[i]
+        prefix.release(used.entry)
+        known = tuple(prompts[i]) + tuple(tokens[i][:-1])  # the last token was sampled, never fed
+        if len(known) <= prefix.max_tokens:
+            kept.append((i, used, known))
+    prefix.reserve(sum(len(known) for _, _, known in kept))
+    heads, dim = first.shape[1], first.shape[3]
+    copies = [first.new_empty((len(layers), 2, heads, len(known), dim)) for _, _, known in kept]
+    for j, layer in enumerate(layers):
+        for (i, used, known), kv in zip(kept, copies, strict=True):
+            c, rest = used.length, len(known) - used.length
+            end, start = slots[i]
+            for k, states in enumerate((layer.keys, layer.values)):
+                kv[j, k, :, :c] = states[i, :, end - c : end]
+                kv[j, k, :, c:] = states[i, :, start : start + rest]
+        if last:
+            free_layer(layer)
+    for (_, used, known), kv in zip(kept, copies, strict=True):
+        full = replace and used.entry is not None and used.length == len(used.entry.tokens)
+        prefix.add(known, kv, replaces=used.entry if full else None)
+
+
+def batch_chunks(
+    order: Sequence[int], lengths: Sequence[int], new_tokens: int, max_rows: int, max_tokens: int = 0
+) -> list[list[int]]:
+    """Split the rows ``order`` (in that order) into consecutive batches of at most ``max_rows`` rows whose
+    caches hold at most ``max_tokens`` positions in all (0: no limit): rows x (the longest of their
+    ``lengths`` + ``new_tokens``), what a packed batch preallocates. A row that alone needs more goes
+    alone."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    longest = 0
+    for r in order:
+        wider = max(longest, lengths[r])
+        fits = max_tokens <= 0 or (len(chunk) + 1) * (wider + new_tokens) <= max_tokens
+        if chunk and (len(chunk) == max_rows or not fits):
+            chunks.append(chunk)
+            chunk, wider = [], lengths[r]
+        chunk.append(r)
+        longest = wider
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def padded_layout(
+    prompts: Sequence[Sequence[int]], reuse: Sequence[Reuse], pad_token_id: int
+) -> tuple[Any, Any, Any, int, int]:
+    """The first forward pass of a left-padded batch: input ids, attention mask, position ids (on the CPU),
+    ``past`` and ``width``.
+
+    Row b, ``past + width`` wide: [pad | its cached prefix | pad | the rest of its prompt]; the mask is 0
+    on both paddings and the positions of the rest continue from the cached length."""
+    import torch
+
+    cached = [r.length for r in reuse]
+    fresh = [len(prompt) - c for prompt, c in zip(prompts, cached, strict=True)]
+    past, width = max(cached), max(fresh)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), past + width), dtype=torch.long)
+    positions = torch.zeros((len(prompts), width), dtype=torch.long)
+    for b, (prompt, c, n) in enumerate(zip(prompts, cached, fresh, strict=True)):
+        input_ids[b, width - n :] = torch.tensor(prompt[c:])
+        attention[b, past - c : past] = 1
+        attention[b, past + width - n :] = 1
+        positions[b, width - n :] = torch.arange(c, c + n)
+    return input_ids, attention, positions, past, width

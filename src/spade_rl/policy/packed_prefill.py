@@ -14,7 +14,8 @@ appends at ``W``. A :class:`Plan` says, for a forward pass over a stretch of the
 one goes in stretches, :data:`spade_rl.policy.transformers_backend.PREFILL_TOKENS`), which tokens belong
 to which row and where their keys/values go; :func:`packing` switches the model's attention to
 :func:`packed_attention` and each cache layer (:class:`spade_rl.policy.kv_cache.growing_layer_class`) to
-writing the stretch's keys/values to their rows, for the duration of one forward pass.
+writing the stretch's keys/values to their rows, for the duration of one forward pass; :func:`feed_packed`
+feeds a batch's prompts so.
 
 The results equal the padded batch's up to float rounding (each row's query meets exactly the keys it met
 there; only the masked ones are gone): ``tests/policy/test_policy_packed_prefill.py`` compares token ids
@@ -27,12 +28,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+
+    from spade_rl.policy.prefix_cache import Reuse
 
 NAME = "spade_rl_packed"
 
@@ -195,3 +198,57 @@ def why_not_packed(model: Any) -> str:
     from spade_rl.policy.decode_attention import why_not_cpu_sdpa
 
     return why_not_cpu_sdpa(model)
+
+
+def feed_packed(
+    model: Any,
+    cache: Any,
+    prompts: Sequence[Sequence[int]],
+    reuse: Sequence[Reuse],
+    width: int,
+    stretch_tokens: int,
+    cache_keyword: str,
+) -> tuple[Any, Any, Any]:
+    """Feed what each prompt adds to its reused prefix into ``cache`` (``width`` = the longest prompt) as
+    one packed sequence, in stretches of about ``stretch_tokens`` tokens. Returns the float32 logits of
+    each row's last prompt token [rows, vocab], the attention mask over the cache [rows, width] and each
+    row's last position id [rows, 1]."""
+    import torch
+
+    from spade_rl.memory import release_unused_memory
+
+    device = next(model.parameters()).device
+    lengths = [len(prompt) for prompt in prompts]
+    fed = [length - r.length for length, r in zip(lengths, reuse, strict=True)]
+    ids = torch.tensor([t for prompt, r in zip(prompts, reuse, strict=True) for t in prompt[r.length :]])
+    ids = ids.to(device).unsqueeze(0)
+    positions = torch.cat([torch.arange(r.length, n) for n, r in zip(lengths, reuse, strict=True)])
+    positions = positions.to(device).unsqueeze(0)
+    rows = len(prompts)
+    last: list[Any] = [None] * rows
+    offset = 0
+    for i, plan in enumerate(stretches(lengths, fed, width, stretch_tokens)):
+        if i:
+            release_unused_memory()
+        ends = [p for p in plan.pieces if p.slot + p.count == width]  # rows whose last token is here
+        stop = offset + plan.tokens
+        with packing(model, cache, plan):
+            out = model(
+                input_ids=ids[:, offset:stop],
+                position_ids=positions[:, offset:stop],
+                attention_mask=None,
+                use_cache=True,
+                logits_to_keep=torch.tensor(
+                    [p.start + p.count - 1 for p in ends], dtype=torch.long, device=device
+                ),
+                **{cache_keyword: cache},
+            )
+        for piece, row_logits in zip(ends, out.logits[0], strict=True):
+            last[piece.row] = row_logits
+        offset = stop
+    logits = torch.stack(last).float()
+    attention = torch.zeros((rows, width), dtype=torch.long)
+    for b, length in enumerate(lengths):
+        attention[b, width - length :] = 1
+    last_positions = torch.tensor(lengths).unsqueeze(1) - 1
+    return logits, attention.to(device), last_positions.to(device)

@@ -44,10 +44,19 @@ from spade_rl.policy.base import (
 )
 from spade_rl.policy.config import TransformersConfig
 from spade_rl.policy.decode_attention import decoding_attention
-from spade_rl.policy.kv_cache import check_batch_cache, fill_past, free_layer, new_cache, why_no_prefix_cache
-from spade_rl.policy.models import choose_device, cpu_has_fast_bf16, load_pretrained
-from spade_rl.policy.packed_prefill import packing, stretches, why_not_packed
-from spade_rl.policy.packed_weights import PackedLinears, why_not_packed_weights
+from spade_rl.policy.kv_cache import (
+    batch_chunks,
+    check_batch_cache,
+    fill_past,
+    keep_rows,
+    new_cache,
+    padded_layout,
+    why_no_prefix_cache,
+)
+from spade_rl.policy.models import choose_device, load_pretrained
+from spade_rl.policy.packed_prefill import feed_packed, why_not_packed
+from spade_rl.policy.packed_weights import PackedLinears
+from spade_rl.policy.precision import autocast_dtype, generation_precision
 from spade_rl.policy.prefix_cache import (
     NO_REUSE,
     SHARED_PREFIX_MIN_TOKENS,
@@ -113,7 +122,7 @@ class TransformersPolicy(Policy):
         unsupported = why_no_prefix_cache(model)
         # Plain dynamic layers can be replaced by preallocated ones (the same interface, no copy per step).
         self._preallocate = not unsupported
-        self.autocast_dtype = _autocast_dtype(model, self.config.autocast)
+        self.autocast_dtype = autocast_dtype(model, self.config.autocast)
         if self.config.prefix_cache_tokens > 0:
             if unsupported:
                 log.info("prefix cache off: %s", unsupported)
@@ -180,8 +189,9 @@ class TransformersPolicy(Policy):
             # similar lengths share a forward pass (less padding). Results go back to their rows after.
             order = sorted(range(len(rows)), key=lambda r: (reuse[r].length == 0, -len(rows[r][0])))
             results: list[Generation | None] = [None] * len(rows)
-            for start in range(0, len(order), self.config.batch_size):
-                chunk = order[start : start + self.config.batch_size]
+            lengths = [len(prompt) for prompt, _ in rows]
+            batch_size, batch_tokens = self.config.batch_size, self.config.batch_tokens
+            for chunk in batch_chunks(order, lengths, settings.max_new_tokens, batch_size, batch_tokens):
                 generations = self._generate_batch(
                     [rows[r] for r in chunk], [reuse[r] for r in chunk], settings
                 )
@@ -314,51 +324,12 @@ class TransformersPolicy(Policy):
         with decoding_attention(self.model), self._precision() as dtype:
             yield dtype
 
-    @contextlib.contextmanager
-    def _precision(self) -> Iterator[Any]:
-        """No gradients, in the precision of generation: bfloat16 autocast when ``autocast_dtype`` is set,
-        with the output head in float32 (the log-probs keep float32 precision; one position per row).
-        Yields the dtype the call's key/value caches hold (None: as computed).
-
-        Autocast casts a weight once per context and reuses the copy only for parameters that require
-        gradients, and never under ``inference_mode``: ``no_grad`` here (under ``inference_mode`` a
-        forward pass of the default model took 104 ms against 26 ms, and 57 ms in float32), also without
-        autocast of ours, since a model trained with ``train.bf16`` has its forward wrapped in autocast by
-        accelerate. With frozen weights (LoRA's base model) every pass would cast them again: "auto"
-        computes in float32 then."""
-        import torch
-
-        dtype = self.autocast_dtype
-        if dtype is not None and self.config.autocast == "auto":
-            if not all(p.requires_grad for p in self.model.parameters() if p.is_floating_point()):
-                dtype = None
-        if dtype is None:
-            with torch.no_grad(), self._linears(None, None):
-                yield None
-            return
-        device = self.device.type
-        head = self.model.get_output_embeddings()
-        if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
-            with torch.no_grad(), torch.autocast(device, dtype=dtype):
-                yield dtype
-            return
-        own = head.__dict__.get("forward")  # a forward set on the instance (accelerate's hooks do)
-        with contextlib.ExitStack() as stack:
-            forward = stack.enter_context(self._linears(dtype, head)) or head.forward
-
-            def float32_head(hidden: torch.Tensor) -> torch.Tensor:
-                with torch.autocast(device, enabled=False):
-                    return forward(hidden.to(head.weight.dtype))
-
-            head.forward = float32_head
-            try:
-                with torch.no_grad(), torch.autocast(device, dtype=dtype):
-                    yield dtype
-            finally:
-                if own is None:
-                    del head.forward  # the class's forward again
-                else:
-                    head.forward = own
+    def _precision(self) -> contextlib.AbstractContextManager[Any]:
+        """No gradients, in the precision of generation
+        (:func:`~spade_rl.policy.precision.generation_precision`): yields the dtype the call's key/value
+        caches hold (None: as computed)."""
+        model, config = self.model, self.config
+        return generation_precision(model, self.autocast_dtype, config.autocast, self._packed_linears)
 
     def _packs(self) -> bool:
         """Whether this call feeds its prompts packed (:mod:`spade_rl.policy.packed_prefill`)."""
@@ -375,11 +346,11 @@ class TransformersPolicy(Policy):
 
         Packed (``packed``): the new tokens of all rows as one sequence, row b's positions right-aligned in
         ``[width - len(prompt_b), width)`` without gaps; else left-padded: ``[pad | cached prefix | pad |
-        rest of the prompt]`` (:meth:`_layout`)."""
-        import torch
+        rest of the prompt]`` (:func:`~spade_rl.policy.kv_cache.padded_layout`)."""
 
         if not packed:
-            input_ids, attention, positions, past, width = self._layout(prompts, reuse)
+            input_ids, attention, positions, past, width = padded_layout(prompts, reuse, self.pad_token_id)
+            input_ids, attention, positions = (t.to(self.device) for t in (input_ids, attention, positions))
             cache = self._batch_cache(reuse, past, past + width + new_tokens, dtype)
             logits = self._forward(input_ids, attention, positions, cache)
             fed = [len(prompt) - r.length for prompt, r in zip(prompts, reuse, strict=True)]
@@ -390,68 +361,10 @@ class TransformersPolicy(Policy):
         starts = [width - n for n in fed]
         past = width if any(r.length for r in reuse) else 0
         cache = self._batch_cache(reuse, past, width + new_tokens, dtype, ends=starts)
-        device = self.device
-        ids = torch.tensor([t for prompt, r in zip(prompts, reuse, strict=True) for t in prompt[r.length :]])
-        ids = ids.to(device).unsqueeze(0)
-        positions = torch.cat([torch.arange(r.length, n) for n, r in zip(lengths, reuse, strict=True)])
-        positions = positions.to(device).unsqueeze(0)
-        rows = len(prompts)
-        last: list[Any] = [None] * rows
-        offset = 0
-        for i, plan in enumerate(stretches(lengths, fed, width, PREFILL_TOKENS)):
-            if i:
-                release_unused_memory()
-            ends = [p for p in plan.pieces if p.slot + p.count == width]  # rows whose last token is here
-            stop = offset + plan.tokens
-            with packing(self.model, cache, plan):
-                out = self.model(
-                    input_ids=ids[:, offset:stop],
-                    position_ids=positions[:, offset:stop],
-                    attention_mask=None,
-                    use_cache=True,
-                    logits_to_keep=torch.tensor(
-                        [p.start + p.count - 1 for p in ends], dtype=torch.long, device=device
-                    ),
-                    **{self._cache_keyword: cache},
-                )
-            for piece, row_logits in zip(ends, out.logits[0], strict=True):
-                last[piece.row] = row_logits
-            offset = stop
-        logits = torch.stack(last).float()
-        attention = torch.zeros((rows, width), dtype=torch.long)
-        for b, length in enumerate(lengths):
-            attention[b, width - length :] = 1
-        last_positions = torch.tensor(lengths).unsqueeze(1) - 1
-        return cache, logits, attention.to(device), last_positions.to(device), [(s, s) for s in starts]
-
-    def _linears(self, dtype: Any, head: Any) -> contextlib.AbstractContextManager[Any]:
-        """The linear layers on packed weights (:mod:`spade_rl.policy.packed_weights`) where they can be,
-        computing in ``dtype`` (None: float32), but ``head`` (float32, its packed forward yielded, None when
-        it has none); else as they are."""
-        if why_not_packed_weights(self.model, dtype):
-            return contextlib.nullcontext()
-        return self._packed_linears.installed(self.model, dtype, head)
-
-    def _layout(self, prompts: list[list[int]], reuse: list[Reuse]) -> tuple[Any, Any, Any, int, int]:
-        """The first forward pass of a batch: input ids, attention mask, position ids, ``past``, ``width``.
-
-        Row b, ``past + width`` wide: [pad | its cached prefix | pad | the rest of its prompt]; the mask is 0
-        on both paddings and the positions of the rest continue from the cached length."""
-        import torch
-
-        cached = [r.length for r in reuse]
-        fresh = [len(prompt) - c for prompt, c in zip(prompts, cached, strict=True)]
-        past, width = max(cached), max(fresh)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), past + width), dtype=torch.long)
-        positions = torch.zeros((len(prompts), width), dtype=torch.long)
-        for b, (prompt, c, n) in enumerate(zip(prompts, cached, fresh, strict=True)):
-            input_ids[b, width - n :] = torch.tensor(prompt[c:])
-            attention[b, past - c : past] = 1
-            attention[b, past + width - n :] = 1
-            positions[b, width - n :] = torch.arange(c, c + n)
-        device = self.device
-        return input_ids.to(device), attention.to(device), positions.to(device), past, width
+        logits, attention, positions = feed_packed(
+            self.model, cache, prompts, reuse, width, PREFILL_TOKENS, self._cache_keyword
+        )
+        return cache, logits, attention, positions, [(s, s) for s in starts]
 
     def _prefill_shared(self, prompts: list[list[int]]) -> None:
         """Encode once what several prompts of this call share, into the prefix cache.
@@ -474,9 +387,10 @@ class TransformersPolicy(Policy):
             # Prefixes none of the pending ones extend go first; then those extending them reuse them.
             ready = [p for p in pending if not any(len(q) < len(p) and p[: len(q)] == q for q in pending)]
             pending = [p for p in pending if p not in ready]
-            for start in range(0, len(ready), self.config.batch_size):
-                chunk = [list(p) for p in ready[start : start + self.config.batch_size]]
-                self._encode_only(chunk)
+            lengths = [len(p) for p in ready]
+            batch_size, batch_tokens = self.config.batch_size, self.config.batch_tokens
+            for chunk in batch_chunks(range(len(ready)), lengths, 0, batch_size, batch_tokens):
+                self._encode_only([list(ready[i]) for i in chunk])
 
     def _encode_only(self, prompts: list[list[int]]) -> None:
         """Encode ``prompts`` (reusing what the prefix cache holds) and keep their keys/values there."""
@@ -528,49 +442,27 @@ class TransformersPolicy(Policy):
         replace: bool = True,
         last: bool = False,
     ) -> None:
-        """Keep the keys/values (prompt + completion but the last token) of the rows at batch positions
-        ``store`` in the prefix cache; ``batch[i]`` is the row at position ``i``.
-
-        In the batch cache, row b with ``c`` reused tokens holds them up to position ``slots[b][0]``
-        (exclusive), and the other tokens of its prompt, then its fed completion tokens, from
-        ``slots[b][1]`` on (:meth:`_prefill`); the copies leave all padding out. An entry a row extends is
-        dropped (``replace``) once no other row of the call still reads it. Room is made first (least
-        recently used entries dropped), then the copies go layer by layer; ``last`` (the batch is done
-        with its cache) lets go of each layer of the batch cache once copied: the batch's keys/values
-        and the new entries are never both held whole.
-        """
-        prefix = self.prefix_cache
-        if prefix is None:
+        """Keep the keys/values of the rows at batch positions ``store`` in the prefix cache
+        (:func:`spade_rl.policy.kv_cache.keep_rows`); a batch cache it cannot read turns the cache off."""
+        if self.prefix_cache is None:
             return
         problem = check_batch_cache(cache, len(batch), seen)
         if problem:
             log.warning("prefix cache off: %s", problem)
             self.prefix_cache = None
             return
-        layers = cache.layers
-        first = layers[0].keys
-        kept = []
-        for i in store:
-            (prompt, _), used = rows[batch[i]], reuse[batch[i]]
-            prefix.release(used.entry)
-            known = tuple(prompt) + tuple(tokens[batch[i]][:-1])  # the last token was sampled, never fed
-            if len(known) <= prefix.max_tokens:
-                kept.append((i, used, known))
-        prefix.reserve(sum(len(known) for _, _, known in kept))
-        heads, dim = first.shape[1], first.shape[3]
-        copies = [first.new_empty((len(layers), 2, heads, len(known), dim)) for _, _, known in kept]
-        for j, layer in enumerate(layers):
-            for (i, used, known), kv in zip(kept, copies, strict=True):
-                c, rest = used.length, len(known) - used.length
-                end, start = slots[batch[i]]
-                for k, states in enumerate((layer.keys, layer.values)):
-                    kv[j, k, :, :c] = states[i, :, end - c : end]
-                    kv[j, k, :, c:] = states[i, :, start : start + rest]
-            if last:
-                free_layer(layer)
-        for (_, used, known), kv in zip(kept, copies, strict=True):
-            full = replace and used.entry is not None and used.length == len(used.entry.tokens)
-            prefix.add(known, kv, replaces=used.entry if full else None)
+        prompts = [rows[b][0] for b in batch]
+        keep_rows(
+            self.prefix_cache,
+            cache,
+            prompts,
+            [reuse[b] for b in batch],
+            [tokens[b] for b in batch],
+            [slots[b] for b in batch],
+            store,
+            replace=replace,
+            last=last,
+        )
 
     def _finish(
         self,
@@ -594,15 +486,3 @@ class TransformersPolicy(Policy):
 
     def _decode(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens, skip_special_tokens=True)
-
-
-def _autocast_dtype(model: PreTrainedModel, setting: str) -> Any:
-    """The dtype generation autocasts to (None: none), from ``TransformersConfig.autocast``."""
-    import torch
-
-    first = next(model.parameters(), None)
-    if setting == "off" or first is None or first.dtype != torch.float32:
-        return None  # weights already in a lower precision compute in it
-    if setting == "bfloat16":
-        return torch.bfloat16
-    return torch.bfloat16 if first.device.type == "cpu" and cpu_has_fast_bf16() else None
