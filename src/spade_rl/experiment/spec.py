@@ -39,6 +39,7 @@ before anything runs.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -172,9 +173,18 @@ def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
     return start_key_of_data(to_data(config.policy), to_data(evaluation))
 
 
+# Policy settings added since experiment folders were first written, at the value that behaves as before
+# their time: left out of the key at that value, so that a folder's start evaluation keeps its name.
+KEY_ADDED_AT = {("transformers", "batch_tokens"): 0}
+
+
 def start_key_of_data(policy: dict, evaluation: dict) -> str:
     """:func:`start_key` from the plain data of the policy and the evaluation (as an experiment folder's
     ``experiment.json`` stores them); the in-loop evaluations (``every``) do not change the start."""
+    policy = copy.deepcopy(policy)
+    for (table, key), value in KEY_ADDED_AT.items():
+        if isinstance(policy.get(table), dict) and policy[table].get(key, value) == value:
+            policy[table].pop(key, None)
     data = {"policy": policy, "eval": {**evaluation, "every": 0}}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     return digest[:16]
