@@ -107,8 +107,11 @@ def _default_pool() -> PoolConfig:
 
 
 def _default_policy() -> PolicyConfig:
-    # Generation in bfloat16 where the CPU multiplies it natively (3x faster prefill), float32 elsewhere.
-    return PolicyConfig(transformers=TransformersConfig(autocast="auto"))
+    # Generation in bfloat16 where the CPU multiplies it natively (3x faster prefill), float32 elsewhere;
+    # the keys/values of play capped (batch and prefix cache, 0.7 GiB each; docs/performance.md).
+    return PolicyConfig(
+        transformers=TransformersConfig(autocast="auto", batch_tokens=16384, prefix_cache_tokens=16384)
+    )
 
 
 def _default_train() -> TrainConfig:
