@@ -11,8 +11,7 @@ import pytest
 import torch
 from test_policy_prefix_cache import varied_prompts
 
-from spade_rl.policy import SamplingSettings, TransformersConfig, tiny_random_model
-from spade_rl.policy import transformers_backend as backend
+from spade_rl.policy import SamplingSettings, TransformersConfig, precision, tiny_random_model
 from spade_rl.policy.packed_weights import PackedLinears, why_not_packed_weights
 from spade_rl.policy.prefix_cache import NO_REUSE
 from spade_rl.policy.transformers_backend import TransformersPolicy
@@ -55,7 +54,7 @@ def test_packed_products_equal_autocast_products(monkeypatch) -> None:
     monkeypatch.setattr(PackedLinears, "installed", counted)
     packed = next_token_logprobs(policy, prompts)
     assert used
-    monkeypatch.setattr(backend, "why_not_packed_weights", lambda model, dtype: "off in this test")
+    monkeypatch.setattr(precision, "why_not_packed_weights", lambda model, dtype: "off in this test")
     used.clear()
     plain = next_token_logprobs(policy, prompts)
     assert not used
@@ -64,7 +63,7 @@ def test_packed_products_equal_autocast_products(monkeypatch) -> None:
     settings = SamplingSettings(max_new_tokens=6, temperature=0)
     monkeypatch.undo()
     a = policy.generate_tokens(prompts, settings)
-    monkeypatch.setattr(backend, "why_not_packed_weights", lambda model, dtype: "off in this test")
+    monkeypatch.setattr(precision, "why_not_packed_weights", lambda model, dtype: "off in this test")
     b = policy.generate_tokens(prompts, settings)
     assert [g.completion_token_ids for g in a] == [g.completion_token_ids for g in b]
 
@@ -98,7 +97,7 @@ def test_float32_generation_packs_in_float32(monkeypatch) -> None:
     settings = SamplingSettings(max_new_tokens=6, temperature=0.25, seed=4)
     packed = policy.generate_tokens(prompts, settings)
     assert len(policy._packed_linears._packed) == sum(type(m) is torch.nn.Linear for m in model.modules())
-    monkeypatch.setattr(backend, "why_not_packed_weights", lambda model, dtype: "off in this test")
+    monkeypatch.setattr(precision, "why_not_packed_weights", lambda model, dtype: "off in this test")
     plain = policy.generate_tokens(prompts, settings)
     assert [g.completion_token_ids for g in packed] == [g.completion_token_ids for g in plain]
     for a, b in zip(packed, plain, strict=True):
