@@ -32,6 +32,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from spade_rl.memory import release_unused_memory
+
 if TYPE_CHECKING:
     import torch
 
@@ -214,8 +216,6 @@ def feed_packed(
     each row's last prompt token [rows, vocab], the attention mask over the cache [rows, width] and each
     row's last position id [rows, 1]."""
     import torch
-
-    from spade_rl.memory import release_unused_memory
 
     device = next(model.parameters()).device
     lengths = [len(prompt) for prompt in prompts]

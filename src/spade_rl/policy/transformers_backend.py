@@ -190,8 +190,7 @@ class TransformersPolicy(Policy):
             order = sorted(range(len(rows)), key=lambda r: (reuse[r].length == 0, -len(rows[r][0])))
             results: list[Generation | None] = [None] * len(rows)
             lengths = [len(prompt) for prompt, _ in rows]
-            batch_size, batch_tokens = self.config.batch_size, self.config.batch_tokens
-            for chunk in batch_chunks(order, lengths, settings.max_new_tokens, batch_size, batch_tokens):
+            for chunk in self._batches(order, lengths, settings.max_new_tokens):
                 generations = self._generate_batch(
                     [rows[r] for r in chunk], [reuse[r] for r in chunk], settings
                 )
@@ -213,6 +212,10 @@ class TransformersPolicy(Policy):
             sum(r.length for r in reuse),
         )
         return [g for g in results if g is not None]
+
+    def _batches(self, order: Sequence[int], lengths: list[int], new_tokens: int) -> list[list[int]]:
+        """The rows ``order`` in batches of at most ``batch_size`` rows and ``batch_tokens`` positions."""
+        return batch_chunks(order, lengths, new_tokens, self.config.batch_size, self.config.batch_tokens)
 
     def _prefix_cache_for_call(self) -> PrefixCache | None:
         """The prefix cache, emptied first if the weights changed since it was filled; ``None`` when off."""
@@ -387,9 +390,7 @@ class TransformersPolicy(Policy):
             # Prefixes none of the pending ones extend go first; then those extending them reuse them.
             ready = [p for p in pending if not any(len(q) < len(p) and p[: len(q)] == q for q in pending)]
             pending = [p for p in pending if p not in ready]
-            lengths = [len(p) for p in ready]
-            batch_size, batch_tokens = self.config.batch_size, self.config.batch_tokens
-            for chunk in batch_chunks(range(len(ready)), lengths, 0, batch_size, batch_tokens):
+            for chunk in self._batches(range(len(ready)), [len(p) for p in ready], 0):
                 self._encode_only([list(ready[i]) for i in chunk])
 
     def _encode_only(self, prompts: list[list[int]]) -> None:
