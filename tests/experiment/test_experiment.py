@@ -207,6 +207,47 @@ def test_a_folder_of_an_earlier_release_is_the_same_experiment(tmp_path, caplog)
         runner._claim(folder, spec)
 
 
+def test_a_folder_written_before_a_registered_setting_resumes_only_at_its_old_behaviour(tmp_path, caplog):
+    """A stored experiment that lacks policy.transformers.batch_tokens ran without a cap (0): resumed with
+    a cap it would be another experiment, refused with the override that resumes it; at 0 it resumes, and
+    the warning names the other added settings with the values the resumed runs use."""
+    from spade_rl.experiment import runner
+    from spade_rl.experiment.spec import ADDED_SETTINGS
+
+    assert ADDED_SETTINGS[("policy", "transformers", "batch_tokens")] == 0
+    capped = load_experiment(
+        write_experiment(
+            tmp_path,
+            MINIMAL.replace("'tiny-random'", "'tiny-random'\", \"policy.transformers.batch_tokens=4096"),
+        )
+    )
+    older = json.loads(json.dumps(capped.resolved()))
+    for seeds in older["arms"].values():
+        for config in seeds.values():
+            del config["policy"]["transformers"]["batch_tokens"]
+            del config["rewards"]["progress_bonus"]
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "experiment.json").write_text(json.dumps(older))
+    with pytest.raises(ExperimentError) as refused:
+        runner._claim(folder, capped)
+    message = str(refused.value)
+    assert "before the setting policy.transformers.batch_tokens existed" in message
+    assert "gives it 4096" in message and "'policy.transformers.batch_tokens=0'" in message
+    assert json.loads((folder / "experiment.json").read_text()) == older  # nothing rewritten
+    uncapped = load_experiment(
+        write_experiment(
+            tmp_path,
+            MINIMAL.replace("'tiny-random'", "'tiny-random'\", \"policy.transformers.batch_tokens=0"),
+        )
+    )
+    with caplog.at_level("WARNING"):
+        runner._claim(folder, uncapped)
+    bonus = uncapped.resolved()["arms"]["a"]["0"]["rewards"]["progress_bonus"]
+    assert f"rewards.progress_bonus = {json.dumps(bonus)}" in caplog.text
+    assert "batch_tokens" not in caplog.text  # registered and at its old value: nothing to warn of
+
+
 def test_example_experiments_load(monkeypatch):
     monkeypatch.chdir(ROOT)  # pool files in the examples are relative to the repository root
     tiny = load_experiment(EXPERIMENTS / "ci-tiny.toml")

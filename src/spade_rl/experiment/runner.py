@@ -36,7 +36,7 @@ from spade_rl.experiment.arm_run import (
     run_paths,
     write_json,
 )
-from spade_rl.experiment.spec import Experiment, ExperimentError
+from spade_rl.experiment.spec import ADDED_SETTINGS, Experiment, ExperimentError
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ def _claim(folder: Path, experiment: Experiment) -> None:
         # Seeds and arms may be added (or left out) between sittings: the runs both name must be the same.
         old_common, new_common = _common_runs(old, resolved)
         added = _added_keys(old_common, new_common)
+        _check_added_settings(folder, new_common, added)
         if _without(new_common, added) != old_common:
             differences = ", ".join(_differences(old_common, _without(new_common, added))[:5])
             raise ExperimentError(
@@ -151,14 +152,18 @@ def _claim(folder: Path, experiment: Experiment) -> None:
             )
             log.info("%s: runs added to the experiment: %s", folder, ", ".join(new_runs) or "none")
             write_json(stored, grown)
+        added = [key for key in added if not (key[0] == "arms" and tuple(key[3:]) in ADDED_SETTINGS)]
         if added:
-            # Keys this release added, at the values the file gives them (their defaults, since the
-            # stored experiment could not name them): the same experiment, written by an older release.
-            names = sorted({".".join(key[3:] if key[0] == "arms" else key) for key in added})
+            # Keys this release added that the stored experiment could not name and whose "as before"
+            # value is not registered (those are checked above): the same experiment as far as can be
+            # told, resumed at the values this file gives them, which the warning shows.
+            values = _added_values(new_common, added)
+            shown = [f"{name} = {value}" for name, value in values.items()]
             log.warning(
-                "%s was written by an earlier release; settings added since, at their defaults: %s",
+                "%s was written by an earlier release; settings added since, which its runs did not name, "
+                "resumed at these values: %s",
                 stored,
-                ", ".join(names[:12]) + (" ..." if len(names) > 12 else ""),
+                ", ".join(shown[:12]) + (" ..." if len(shown) > 12 else ""),
             )
         return
     if folder.exists() and any(folder.iterdir()):
@@ -218,6 +223,47 @@ def _upgrade_stored(old: dict) -> dict:
             except Exception:  # noqa: BLE001 - a malformed stored file is compared as it is (and differs)
                 return old
     return {**old, "arms": upgraded}
+
+
+def _setting_name(key: tuple[str, ...]) -> str:
+    """The dotted name of a setting at ``key`` (a path in the resolved experiment): an arm's configuration
+    key without its ``arms.<arm>.<seed>`` prefix."""
+    return ".".join(key[3:] if key[0] == "arms" else key)
+
+
+def _value_at(data: dict, key: tuple[str, ...]) -> object:
+    for part in key:
+        data = data[part]
+    return data
+
+
+def _added_values(data: dict, added: list[tuple[str, ...]]) -> dict[str, str]:
+    """Each added setting's name and the value(s) ``data`` gives it (several when arms or seeds differ)."""
+    values: dict[str, list[str]] = {}
+    for key in added:
+        shown = json.dumps(_value_at(data, key))
+        kept = values.setdefault(_setting_name(key), [])
+        if shown not in kept:
+            kept.append(shown)
+    return {name: " / ".join(shown) for name, shown in sorted(values.items())}
+
+
+def _check_added_settings(folder: Path, new: dict, added: list[tuple[str, ...]]) -> None:
+    """Refuse to resume a stored experiment under a setting added since at another value than the one its
+    runs ran at (``spec.ADDED_SETTINGS``: the value that behaves as the releases before the setting did)."""
+    for key in added:
+        if key[0] != "arms" or len(key) < 4 or tuple(key[3:]) not in ADDED_SETTINGS:
+            continue
+        before = ADDED_SETTINGS[tuple(key[3:])]
+        value = _value_at(new, key)
+        if value != before:
+            name = _setting_name(key)
+            raise ExperimentError(
+                f"{folder} was written before the setting {name} existed, so its runs ran as {name} = "
+                f"{json.dumps(before)}; this experiment gives it {json.dumps(value)} (arm {key[1]}, seed "
+                f"{key[2]}): add '{name}={json.dumps(before)}' to [experiment] overrides to resume it, or "
+                "pick another --out folder"
+            )
 
 
 def _added_keys(old: object, new: object, where: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -173,16 +173,22 @@ def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
     return start_key_of_data(to_data(config.policy), to_data(evaluation))
 
 
-# Policy settings added since experiment folders were first written, at the value that behaves as before
-# their time: left out of the key at that value, so that a folder's start evaluation keeps its name.
-KEY_ADDED_AT = {("transformers", "batch_tokens"): 0}
+# Settings of a run's configuration added since experiment folders were first written (paths in the
+# resolved configuration), each with the value that behaves as the releases before it did: a stored
+# experiment that lacks one ran at that value, so it resumes only at that value (experiment.runner), and
+# a policy setting at that value is left out of the start key, so that a folder's start evaluation keeps
+# its name. A setting added to the configuration later belongs here with its "as before" value.
+ADDED_SETTINGS: dict[tuple[str, ...], object] = {("policy", "transformers", "batch_tokens"): 0}
 
 
 def start_key_of_data(policy: dict, evaluation: dict) -> str:
     """:func:`start_key` from the plain data of the policy and the evaluation (as an experiment folder's
     ``experiment.json`` stores them); the in-loop evaluations (``every``) do not change the start."""
     policy = copy.deepcopy(policy)
-    for (table, key), value in KEY_ADDED_AT.items():
+    for path, value in ADDED_SETTINGS.items():
+        if path[0] != "policy" or len(path) != 3:
+            continue
+        table, key = path[1:]
         if isinstance(policy.get(table), dict) and policy[table].get(key, value) == value:
             policy[table].pop(key, None)
     data = {"policy": policy, "eval": {**evaluation, "every": 0}}
