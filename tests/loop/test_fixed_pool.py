@@ -17,7 +17,7 @@ from spade_rl.archive import Archive, PlayStats
 from spade_rl.design.validate import ValidationSettings, validate_source
 from spade_rl.envs.external.reasoning_gym_source import reasoning_gym_env_source, training_seed
 from spade_rl.loop.config import PoolConfig
-from spade_rl.loop.pool import RG_SKILL_PREFIX, jsonl_entries, seed_pool
+from spade_rl.loop.pool import RG_SKILL_PREFIX, pool_entries_of_jsonl, seed_pool
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
 SETTINGS = ValidationSettings(max_turns=2)
@@ -122,10 +122,10 @@ def test_bad_pools_say_what_is_wrong(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "spade-rl-env/1"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: missing required field"):
-        jsonl_entries(bad)
+        pool_entries_of_jsonl(bad)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(ValueError, match="holds no valid environment"):
-        jsonl_entries(empty)
+        pool_entries_of_jsonl(empty)
     with pytest.raises(ValueError, match=r"unknown Reasoning Gym task\(s\) \['nope'\]"):
         reasoning_gym_env_source("nope", 3, 0)

@@ -165,7 +165,7 @@ def external_entries(package: str, ids: Sequence[str], kwargs: dict) -> list[Poo
     ]
 
 
-def jsonl_entries(path: str | Path) -> list[PoolEntry]:
+def pool_entries_of_jsonl(path: str | Path) -> list[PoolEntry]:
     """The environments of a JSONL pool that were valid where they were exported (an invalid line
     stays out: it never could be played). Raises ``ValueError`` naming the line that is malformed."""
     path = Path(path)
@@ -241,7 +241,7 @@ def seed_pool(
     )
     entries: list[PoolEntry] = []
     if config.jsonl:
-        entries += jsonl_entries(config.jsonl)
+        entries += pool_entries_of_jsonl(config.jsonl)
     if config.reasoning_gym:
         entries += reasoning_gym_entries(
             config.reasoning_gym,
