@@ -1,4 +1,4 @@
-"""Giving freed memory back to the system between the phases of an iteration.
+"""Giving freed memory back to the system between the phases of an iteration, and measuring each phase's.
 
 glibc's allocator keeps what a process frees for its next allocations. An iteration frees gigabytes at
 each phase change (the prefix cache before the update, the update's activations after it) in pieces of
@@ -11,11 +11,17 @@ first iteration (measured). Elsewhere (musl, macOS, Windows) this does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import logging
+import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -39,3 +45,92 @@ def release_unused_memory() -> None:
     started = time.perf_counter()
     trim(0)
     log.debug("malloc_trim: %.3f s", time.perf_counter() - started)
+
+
+# --- how much memory each phase takes ------------------------------------------------------------------
+_STATM = Path("/proc/self/statm")
+
+
+def resident_mib() -> float | None:
+    """This process's resident size now, in MiB (Linux's /proc/self/statm); None where it cannot be read."""
+    try:
+        pages = int(_STATM.read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_resident_mib() -> float | None:
+    """The largest resident size this process has had so far, in MiB (what ``/usr/bin/time -v`` reports as
+    its maximum resident set size at the end); None where the system does not say (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
+class PhasePeak:
+    """The largest resident size of this process during a ``with`` block, sampled every ``interval``
+    seconds by a daemon thread (and at the block's start and end); ``peak_mib`` after it, None where the
+    resident size cannot be read. Reading /proc costs microseconds, and the thread sleeps in between (it
+    needs the interpreter lock only for the read; torch releases it in its kernels), so a phase's time is
+    not changed by it. A peak shorter than ``interval`` can be missed: the process's own peak so far is
+    :func:`peak_resident_mib`.
+
+        with PhasePeak() as play:
+            ...
+        metrics["memory/play_peak_mib"] = play.peak_mib
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peak_mib: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        now = resident_mib()
+        if now is not None and (self.peak_mib is None or now > self.peak_mib):
+            self.peak_mib = now
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> PhasePeak:
+        self._sample()
+        if self.peak_mib is not None:
+            self._thread = threading.Thread(target=self._watch, name="spade-rl-phase-peak", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+
+class PhaseMeter:
+    """The seconds and the peak resident size of named phases: ``with meter("play"): ...`` records
+    ``time/play_s`` and ``memory/play_peak_mib`` (when the size can be read) in ``meter.metrics``."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        with PhasePeak() as peak:
+            yield
+        self.metrics[f"time/{name}_s"] = time.perf_counter() - started
+        if peak.peak_mib is not None:
+            self.metrics[f"memory/{name}_peak_mib"] = peak.peak_mib
+
+    def process(self) -> dict[str, float]:
+        """The process's peak resident size so far and its size now: ``memory/peak_mib`` and
+        ``memory/resident_mib``."""
+        now = {"memory/peak_mib": peak_resident_mib(), "memory/resident_mib": resident_mib()}
+        return {name: mib for name, mib in now.items() if mib is not None}

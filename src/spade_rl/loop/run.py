@@ -57,7 +57,7 @@ from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.rundir import RunDirectory
 from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
 from spade_rl.loop.warmup import warm_up
-from spade_rl.memory import release_unused_memory
+from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
 from spade_rl.rewards import centred_advantages, designer_scale, zscore_advantages
@@ -144,23 +144,21 @@ class SelfPlay:
         cfg = self.config
         rng = random.Random(f"{cfg.loop.seed}:{i}")
         started = time.perf_counter()
-        times: dict[str, float] = {}
+        phase = PhaseMeter()  # each phase's seconds and largest resident size (time/*, memory/*)
         executor_before = dict(self.executor.stats)
 
         # 1-3, 7. ground, design, validate, archive
         designs: list[Design] = []
         if cfg.designer.source != "none" and (i - 1) % cfg.loop.regenerate_every == 0:
-            t = time.perf_counter()
             designer = self.designer_policy if self.designer_policy is not None else self.policy
-            designs = design_environments(
-                designer, self.corpus, self.archive, self.executor, cfg.design_phase, rng, i
-            )
-            times["time/design_s"] = time.perf_counter() - t
+            with phase("design"):
+                designs = design_environments(
+                    designer, self.corpus, self.archive, self.executor, cfg.design_phase, rng, i
+                )
 
         # 4. play K without and K with the hint
-        t = time.perf_counter()
-        played = self._play(self._choose_envs(designs, rng, self.designer_rewards.to_play(i)), rng, i)
-        times["time/play_s"] = time.perf_counter() - t
+        with phase("play"):
+            played = self._play(self._choose_envs(designs, rng, self.designer_rewards.to_play(i)), rng, i)
 
         # 5. rewards and advantages; 7. statistics into the archive (an environment played as several
         # groups, loop.pool_replace, adds them up; a resumed iteration's partial rows were discarded)
@@ -172,12 +170,15 @@ class SelfPlay:
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
         # of loop.groups_per_step groups
-        t = time.perf_counter()
-        update = self._update(batch, random.Random(f"{cfg.loop.seed}:{i}:update"))
-        times["time/update_s"] = time.perf_counter() - t
+        with phase("update"):
+            update = self._update(batch, random.Random(f"{cfg.loop.seed}:{i}:update"))
 
         frontier = (cfg.archive.frontier_low, cfg.archive.frontier_high)
-        metrics = {"iteration": i, **iteration_metrics(designs, played, batch, update, frontier), **times}
+        metrics = {
+            "iteration": i,
+            **iteration_metrics(designs, played, batch, update, frontier),
+            **phase.metrics,
+        }
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
         metrics["guard/flagged"] = float(len(flags))  # environments the play-time guard took out of the pool
@@ -185,6 +186,7 @@ class SelfPlay:
             for key in ("actors_lost", "envs_lost", "retries"):
                 metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
         metrics["time/iteration_s"] = time.perf_counter() - started
+        metrics.update(phase.process())
         episodes = [e for p in played for e in p.nohint + p.hint]
         self.files.append_transcripts(i, episodes, cfg.loop.transcripts_per_iteration, rng)
         if cfg.eval.every > 0 and i % cfg.eval.every == 0:

@@ -1,0 +1,55 @@
+"""Measuring memory by phase (spade_rl.memory): what the iteration's metrics memory/* are made of."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from spade_rl import memory
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+
+
+@linux
+def test_a_phase_peak_sees_memory_held_only_inside_the_block():
+    before = memory.resident_mib()
+    with memory.PhasePeak(interval=0.01) as peak:
+        block = bytearray(256 * 2**20)  # zero-filled: every page is touched
+        time.sleep(0.05)
+        del block
+    after = memory.resident_mib()
+    assert before is not None and after is not None and peak.peak_mib is not None
+    assert peak.peak_mib >= before + 200  # seen while it was held, though freed before the block ended
+    assert after < peak.peak_mib - 200
+    assert memory.peak_resident_mib() >= peak.peak_mib - 1  # the process's own peak is at least as high
+
+
+def test_a_phase_meter_records_time_and_peak_of_each_named_phase():
+    meter = memory.PhaseMeter()
+    with meter("play"):
+        time.sleep(0.02)
+    with meter("update"):
+        pass
+    assert meter.metrics["time/play_s"] >= 0.02 and meter.metrics["time/update_s"] >= 0
+    if sys.platform.startswith("linux"):
+        assert meter.metrics["memory/play_peak_mib"] > 0 and meter.metrics["memory/update_peak_mib"] > 0
+        process = meter.process()
+        assert process["memory/peak_mib"] >= process["memory/resident_mib"] - 1 > 0
+
+
+def test_where_the_resident_size_cannot_be_read_nothing_is_recorded(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "_STATM", tmp_path / "missing")
+    assert memory.resident_mib() is None
+    meter = memory.PhaseMeter()
+    with meter("play"):
+        pass
+    assert set(meter.metrics) == {"time/play_s"}  # a time, and no made-up size
+    assert "memory/resident_mib" not in meter.process()
+
+
+def test_a_phase_that_raises_stops_its_sampler(monkeypatch):
+    with pytest.raises(RuntimeError, match="boom"), memory.PhasePeak(interval=0.01) as peak:
+        raise RuntimeError("boom")
+    assert peak._thread is None or not peak._thread.is_alive()
