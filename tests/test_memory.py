@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import pytest
 
 from spade_rl import memory
+
+
+def slack(mib: float) -> float:
+    """How far a sampled resident size may exceed the kernel's own peak: its counters are per-CPU
+    approximations (a fraction of a MiB on 2 cores, more on many)."""
+    return max(16.0, 0.01 * mib)
+
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 
@@ -23,7 +31,8 @@ def test_a_phase_peak_sees_memory_held_only_inside_the_block():
     assert before is not None and after is not None and peak.peak_mib is not None
     assert peak.peak_mib >= before + 200  # seen while it was held, though freed before the block ended
     assert after < peak.peak_mib - 200
-    assert memory.peak_resident_mib() >= peak.peak_mib - 1  # the process's own peak is at least as high
+    # the process's own peak is at least as high (the kernel's counters are approximate: a little slack)
+    assert memory.peak_resident_mib() >= peak.peak_mib - slack(peak.peak_mib)
 
 
 def test_a_phase_meter_records_time_and_peak_of_each_named_phase():
@@ -36,7 +45,8 @@ def test_a_phase_meter_records_time_and_peak_of_each_named_phase():
     if sys.platform.startswith("linux"):
         assert meter.metrics["memory/play_peak_mib"] > 0 and meter.metrics["memory/update_peak_mib"] > 0
         process = meter.process()
-        assert process["memory/peak_mib"] >= process["memory/resident_mib"] - 1 > 0
+        resident = process["memory/resident_mib"]
+        assert process["memory/peak_mib"] >= resident - slack(resident) and resident > 0
 
 
 def test_where_the_resident_size_cannot_be_read_nothing_is_recorded(monkeypatch, tmp_path):
@@ -52,4 +62,12 @@ def test_where_the_resident_size_cannot_be_read_nothing_is_recorded(monkeypatch,
 def test_a_phase_that_raises_stops_its_sampler(monkeypatch):
     with pytest.raises(RuntimeError, match="boom"), memory.PhasePeak(interval=0.01) as peak:
         raise RuntimeError("boom")
-    assert peak._thread is None or not peak._thread.is_alive()
+    assert peak._thread is None and not any(t.name == "spade-rl-phase-peak" for t in threading.enumerate())
+
+
+def test_a_phase_peak_can_be_used_again():
+    peak = memory.PhasePeak(interval=0.01)
+    for _ in range(2):
+        with peak:
+            time.sleep(0.03)
+            assert peak._thread is not None and peak._thread.is_alive()

@@ -100,16 +100,23 @@ class PhasePeak:
             self._sample()
 
     def __enter__(self) -> PhasePeak:
+        self._stop.clear()
         self._sample()
         if self.peak_mib is not None:
-            self._thread = threading.Thread(target=self._watch, name="spade-rl-phase-peak", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._watch, name="spade-rl-phase-peak", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had (a process limit): the ends are still read
+                log.debug("no sampling thread (%s): the phase's peak is read at its start and end", exc)
+            else:
+                self._thread = thread
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            self._thread = None
         self._sample()
 
 
@@ -132,5 +139,6 @@ class PhaseMeter:
     def process(self) -> dict[str, float]:
         """The process's peak resident size so far and its size now: ``memory/peak_mib`` and
         ``memory/resident_mib``."""
-        now = {"memory/peak_mib": peak_resident_mib(), "memory/resident_mib": resident_mib()}
+        resident = resident_mib()  # first: the peak read after it is at least as high
+        now = {"memory/peak_mib": peak_resident_mib(), "memory/resident_mib": resident}
         return {name: mib for name, mib in now.items() if mib is not None}

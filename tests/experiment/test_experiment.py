@@ -235,6 +235,19 @@ def test_a_folder_written_before_a_registered_setting_resumes_only_at_its_old_be
     assert "before the setting policy.transformers.batch_tokens existed" in message
     assert "gives it 4096" in message and "'policy.transformers.batch_tokens=0'" in message
     assert json.loads((folder / "experiment.json").read_text()) == older  # nothing rewritten
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        runner._claim(folder, capped, resuming=False)  # --compare runs nothing: a warning
+    assert "before the setting policy.transformers.batch_tokens existed" in caplog.text
+    for arm in ("a", "b"):  # finished runs are not run again: nothing to refuse
+        (folder / "arms" / arm / "seed-0").mkdir(parents=True)
+        (folder / "arms" / arm / "seed-0" / "done.json").write_text("{}")
+    runner._claim(folder, capped)
+    (folder / "arms" / "b" / "seed-0" / "done.json").unlink()
+    with pytest.raises(ExperimentError, match="holds arm b, seed 0, written before"):
+        runner._claim(folder, capped)
+    (folder / "experiment.json").write_text(json.dumps(older))
+    caplog.clear()
     uncapped = load_experiment(
         write_experiment(
             tmp_path,

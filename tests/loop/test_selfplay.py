@@ -39,8 +39,9 @@ def test_two_iterations_train_both_roles(tmp_path):
     if sys.platform.startswith("linux"):  # each phase's largest resident size, and the process's
         for m in metrics:
             phases = [m[f"memory/{name}_peak_mib"] for name in ("design", "play", "update")]
-            assert min(phases) > 0 and m["memory/peak_mib"] >= max(phases) - 1
-            assert m["memory/peak_mib"] >= m["memory/resident_mib"] - 1 > 0
+            slack = max(16.0, 0.01 * m["memory/peak_mib"])  # the kernel's counters are approximate
+            assert min(phases) > 0 and m["memory/peak_mib"] >= max(phases) - slack
+            assert m["memory/peak_mib"] >= m["memory/resident_mib"] - slack > 0
     samples = [s for batch in seen for s in batch]
     for role in ("designer", "agent"):
         assert any(s.role == role and abs(s.advantage) > 0 for s in samples), role

@@ -82,7 +82,7 @@ def compare_finished(experiment: Experiment, folder: Path, progress: Progress | 
     folder = Path(folder)
     if not (folder / "experiment.json").exists():
         raise ExperimentError(f"{folder} holds no experiment (no experiment.json): nothing to compare")
-    _claim(folder, experiment)
+    _claim(folder, experiment, resuming=False)
     records = finished_records(experiment, folder)
     if not records:
         raise ExperimentError(f"no run of {experiment.name} has finished in {folder} yet: nothing to compare")
@@ -121,8 +121,9 @@ def _write_outcome(
     return Outcome(folder, records, comparison, json_path, md_path, figure, warnings)
 
 
-def _claim(folder: Path, experiment: Experiment) -> None:
-    """Write the resolved experiment into a new folder, or check that an existing folder holds this one."""
+def _claim(folder: Path, experiment: Experiment, resuming: bool = True) -> None:
+    """Write the resolved experiment into a new folder, or check that an existing folder holds this one
+    (``resuming`` False: only to compare what finished in it, which runs nothing)."""
     resolved = json.loads(json.dumps(experiment.resolved()))
     stored = folder / "experiment.json"
     if stored.exists():
@@ -134,7 +135,6 @@ def _claim(folder: Path, experiment: Experiment) -> None:
         # Seeds and arms may be added (or left out) between sittings: the runs both name must be the same.
         old_common, new_common = _common_runs(old, resolved)
         added = _added_keys(old_common, new_common)
-        _check_added_settings(folder, new_common, added)
         if _without(new_common, added) != old_common:
             differences = ", ".join(_differences(old_common, _without(new_common, added))[:5])
             raise ExperimentError(
@@ -142,6 +142,7 @@ def _claim(folder: Path, experiment: Experiment) -> None:
                 "pick another --out folder, or remove this one to start again (seeds and arms may be "
                 "added to an experiment; what its runs are may not change)"
             )
+        _check_added_settings(folder, old_common, new_common, resuming)
         grown = _grown(old, resolved)
         if grown != old:
             new_runs = sorted(
@@ -152,7 +153,7 @@ def _claim(folder: Path, experiment: Experiment) -> None:
             )
             log.info("%s: runs added to the experiment: %s", folder, ", ".join(new_runs) or "none")
             write_json(stored, grown)
-        added = [key for key in added if not (key[0] == "arms" and tuple(key[3:]) in ADDED_SETTINGS)]
+        added = [key for key in added if not _registered(key)]
         if added:
             # Keys this release added that the stored experiment could not name and whose "as before"
             # value is not registered (those are checked above): the same experiment as far as can be
@@ -242,28 +243,59 @@ def _added_values(data: dict, added: list[tuple[str, ...]]) -> dict[str, str]:
     values: dict[str, list[str]] = {}
     for key in added:
         shown = json.dumps(_value_at(data, key))
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
         kept = values.setdefault(_setting_name(key), [])
         if shown not in kept:
             kept.append(shown)
     return {name: " / ".join(shown) for name, shown in sorted(values.items())}
 
 
-def _check_added_settings(folder: Path, new: dict, added: list[tuple[str, ...]]) -> None:
-    """Refuse to resume a stored experiment under a setting added since at another value than the one its
-    runs ran at (``spec.ADDED_SETTINGS``: the value that behaves as the releases before the setting did)."""
-    for key in added:
-        if key[0] != "arms" or len(key) < 4 or tuple(key[3:]) not in ADDED_SETTINGS:
-            continue
-        before = ADDED_SETTINGS[tuple(key[3:])]
-        value = _value_at(new, key)
-        if value != before:
-            name = _setting_name(key)
-            raise ExperimentError(
-                f"{folder} was written before the setting {name} existed, so its runs ran as {name} = "
-                f"{json.dumps(before)}; this experiment gives it {json.dumps(value)} (arm {key[1]}, seed "
-                f"{key[2]}): add '{name}={json.dumps(before)}' to [experiment] overrides to resume it, or "
-                "pick another --out folder"
-            )
+_MISSING = object()
+
+
+def _get_path(data: object, path: tuple[str, ...]) -> object:
+    """The value at ``path`` in nested tables, ``_MISSING`` where a table on the way lacks it."""
+    for part in path:
+        if not isinstance(data, dict) or part not in data:
+            return _MISSING
+        data = data[part]
+    return data
+
+
+def _check_added_settings(folder: Path, old: dict, new: dict, resuming: bool) -> None:
+    """Refuse to resume a stored run under a setting added since (``spec.ADDED_SETTINGS``) at another value
+    than the one that behaves as the releases before it did, which is what that run ran at: the runs both
+    experiments name, unless training already finished (``done.json``: it is not run again). With
+    ``resuming`` False (``--compare``, nothing runs) it is a warning."""
+    for arm, seeds in new.get("arms", {}).items():
+        for seed, config in seeds.items():
+            stored = old.get("arms", {}).get(arm, {}).get(seed)
+            for path, before in ADDED_SETTINGS.items():
+                value = _get_path(config, path)
+                if _get_path(stored, path) is not _MISSING or value is _MISSING or value == before:
+                    continue
+                if (folder / "arms" / arm / f"seed-{seed}" / "done.json").exists():
+                    continue
+                name = ".".join(path)
+                message = (
+                    f"{folder} holds arm {arm}, seed {seed}, written before the setting {name} existed: it "
+                    f"ran as {name} = {json.dumps(before)}, and this experiment gives it {json.dumps(value)}"
+                )
+                if not resuming:
+                    log.warning("%s", message)
+                    continue
+                raise ExperimentError(
+                    f"{message}. To resume it, set '{name}={json.dumps(before)}' in [experiment] overrides "
+                    f"(or in [arms.{arm}] overrides if that arm sets it), or pick another --out folder"
+                )
+
+
+def _registered(key: tuple[str, ...]) -> bool:
+    """Whether ``key`` (a path in the resolved experiment) is a registered added setting, or a table that
+    holds one (:func:`_check_added_settings` checks those)."""
+    if key[0] != "arms" or len(key) < 4:
+        return False
+    return any(path[: len(key) - 3] == tuple(key[3:]) for path in ADDED_SETTINGS)
 
 
 def _added_keys(old: object, new: object, where: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -186,11 +186,14 @@ def start_key_of_data(policy: dict, evaluation: dict) -> str:
     ``experiment.json`` stores them); the in-loop evaluations (``every``) do not change the start."""
     policy = copy.deepcopy(policy)
     for path, value in ADDED_SETTINGS.items():
-        if path[0] != "policy" or len(path) != 3:
+        if path[0] != "policy":
             continue
-        table, key = path[1:]
-        if isinstance(policy.get(table), dict) and policy[table].get(key, value) == value:
-            policy[table].pop(key, None)
+        *tables, key = path[1:]
+        table = policy
+        for name in tables:
+            table = table.get(name) if isinstance(table, dict) else None
+        if isinstance(table, dict) and table.get(key, value) == value:
+            table.pop(key, None)
     data = {"policy": policy, "eval": {**evaluation, "every": 0}}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     return digest[:16]

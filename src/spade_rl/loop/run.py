@@ -333,11 +333,12 @@ class SelfPlay:
 
     def _evaluate_iteration(self, i: int) -> dict:
         """The in-loop evaluation after iteration ``i``: ``eval/iter-NNNN.json`` and its metrics."""
-        started = time.perf_counter()
+        phase = PhaseMeter()
         name = self.config.policy.model or "smollm2-135m"
-        result = self.evaluate(self.config.eval, f"{name} after iteration {i} of {self.run_dir.name}")
-        result.write(self.files.eval_path(i))
-        return {**eval_metrics(result), "time/eval_s": time.perf_counter() - started}
+        with phase("eval"):  # time/eval_s, memory/eval_peak_mib
+            result = self.evaluate(self.config.eval, f"{name} after iteration {i} of {self.run_dir.name}")
+            result.write(self.files.eval_path(i))
+        return {**eval_metrics(result), **phase.metrics}
 
     def _eval_sandbox(self) -> Sandbox:
         """The sandbox of evaluations: the local executor's own, else (Ray) one started here."""
