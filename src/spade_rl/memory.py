@@ -101,6 +101,7 @@ class PhasePeak:
 
     def __enter__(self) -> PhasePeak:
         self._stop.clear()
+        self.peak_mib = None  # this block's peak, not an earlier one's
         self._sample()
         if self.peak_mib is not None:
             thread = threading.Thread(target=self._watch, name="spade-rl-phase-peak", daemon=True)

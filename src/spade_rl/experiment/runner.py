@@ -232,24 +232,6 @@ def _setting_name(key: tuple[str, ...]) -> str:
     return ".".join(key[3:] if key[0] == "arms" else key)
 
 
-def _value_at(data: dict, key: tuple[str, ...]) -> object:
-    for part in key:
-        data = data[part]
-    return data
-
-
-def _added_values(data: dict, added: list[tuple[str, ...]]) -> dict[str, str]:
-    """Each added setting's name and the value(s) ``data`` gives it (several when arms or seeds differ)."""
-    values: dict[str, list[str]] = {}
-    for key in added:
-        shown = json.dumps(_value_at(data, key))
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        kept = values.setdefault(_setting_name(key), [])
-        if shown not in kept:
-            kept.append(shown)
-    return {name: " / ".join(shown) for name, shown in sorted(values.items())}
-
-
 _MISSING = object()
 
 
@@ -260,6 +242,18 @@ def _get_path(data: object, path: tuple[str, ...]) -> object:
             return _MISSING
         data = data[part]
     return data
+
+
+def _added_values(data: dict, added: list[tuple[str, ...]]) -> dict[str, str]:
+    """Each added setting's name and the value(s) ``data`` gives it (several when arms or seeds differ)."""
+    values: dict[str, list[str]] = {}
+    for key in added:
+        shown = json.dumps(_get_path(data, key))
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        kept = values.setdefault(_setting_name(key), [])
+        if shown not in kept:
+            kept.append(shown)
+    return {name: " / ".join(shown) for name, shown in sorted(values.items())}
 
 
 def _check_added_settings(folder: Path, old: dict, new: dict, resuming: bool) -> None:
