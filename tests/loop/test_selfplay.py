@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from fixture_envs import HANGS, PARITY, SMALL, designer_output, scripted_roles
 from spade_rl.loop.config import ConfigError, load_config
@@ -50,6 +51,45 @@ def test_two_iterations_train_both_roles(tmp_path):
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
     assert (tmp_path / "run" / "checkpoints" / "iter-0002" / "state.json").exists()
     assert (tmp_path / "run" / "config.json").exists() and (tmp_path / "run" / "transcripts.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_optimiser_state_waits_on_disk_while_the_run_designs_and_plays(tmp_path):
+    """train.offload_optimizer (the CPU default): between two updates AdamW's moments are in the run
+    directory, not in memory; every update and checkpoint has them back; the file goes with the run."""
+    model, tokenizer = tiny_random_model(seed=0)
+    roles = scripted_roles(model, tokenizer, [designer_output(PARITY), designer_output(HANGS)] * 2)
+    config = load_config(None, SMALL)
+    assert config.train.offload_optimizer
+    parked = tmp_path / "run" / "optimizer-state.bin"
+    with SelfPlay(config, tmp_path / "run", **roles) as run:
+        optimizer = run.updater.trainer.optimizer.optimizer
+        seen = []
+        play, update = run._play, run.updater.update
+
+        def watching_play(*args):
+            moments = sum(k.startswith("exp_avg") for s in optimizer.state.values() for k in s)
+            seen.append(("play", parked.exists(), moments))
+            return play(*args)
+
+        def watching_update(samples):
+            metrics = update(samples)
+            moments = sum(k.startswith("exp_avg") for s in optimizer.state.values() for k in s)
+            seen.append(("update", parked.exists(), moments))
+            return metrics
+
+        run._play, run.updater.update = watching_play, watching_update
+        metrics = list(run.iterations())
+        assert [m["iteration"] for m in metrics] == [1, 2]
+    n = 2 * len(list(model.parameters()))
+    assert seen[0] == ("play", False, 0)  # nothing to park before the first step
+    assert ("update", False, n) in seen  # the update has the whole state back, and the file is gone
+    assert seen[-2:] == [("play", True, 0), ("update", False, n)]  # iteration 2 played without it
+    assert not parked.exists()
+    state = torch.load(
+        tmp_path / "run" / "checkpoints" / "iter-0002" / "updater" / "optimizer.pt", weights_only=True
+    )["state"]
+    assert sum(k.startswith("exp_avg") for s in state.values() for k in s) == n  # checkpointed whole
 
 
 def test_bad_configs_are_refused_before_anything_runs(tmp_path):

@@ -123,6 +123,7 @@ def _default_train() -> TrainConfig:
         gradient_accumulation_steps=8,
         bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
         checkpoint_rows_longer_than=256,  # long rows: a 600-token one would hold 1.4 GB of activations
+        offload_optimizer=True,  # AdamW's moments (1.08 GB) on disk while the iteration designs and plays
     )
 
 

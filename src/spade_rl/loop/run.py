@@ -146,6 +146,7 @@ class SelfPlay:
         started = time.perf_counter()
         phase = PhaseMeter()  # each phase's seconds and largest resident size (time/*, memory/*)
         executor_before = dict(self.executor.stats)
+        self._park_optimizer()  # its moments wait on disk while the iteration designs and plays
 
         # 1-3, 7. ground, design, validate, archive
         designs: list[Design] = []
@@ -192,6 +193,12 @@ class SelfPlay:
         if cfg.eval.every > 0 and i % cfg.eval.every == 0:
             metrics.update(self._evaluate_iteration(i))  # after the update: the weights of iteration i
         return metrics
+
+    def _park_optimizer(self) -> None:
+        """train.offload_optimizer: the optimiser's state to the run directory until the next update
+        (or checkpoint) reads it back."""
+        if self.config.train.offload_optimizer:
+            self.updater.park_optimizer_state(self.files.parked_optimizer_path)
 
     def _choose_envs(self, designs: list[Design], rng: random.Random, held: list[int] = ()) -> list[int]:
         """New valid designs first, then those ``held`` for a delayed reward in their window (the reference
@@ -329,6 +336,7 @@ class SelfPlay:
         """Evaluate the policy as it is now (greedy, ``config.max_new_tokens``) on ``config``'s suites,
         in the run's sandbox; returns the :class:`~spade_rl.evaluate.results.EvalResult`."""
         model = model or (self.config.policy.model or "smollm2-135m")
+        self._park_optimizer()  # evaluation needs no optimiser state
         return evaluate_policy(self.policy, self._eval_sandbox(), config, model, self.config.policy.backend)
 
     def _evaluate_iteration(self, i: int) -> dict:
@@ -398,6 +406,8 @@ class SelfPlay:
 
     def _restore(self) -> None:
         done = self.files.restore(self._load_state)
+        # what a stopped process parked between two updates: the run goes on from its checkpoint's state
+        self.files.parked_optimizer_path.unlink(missing_ok=True)
         removed = self.archive.discard_after(done)
         self.next_iteration = done + 1
         log.info(

@@ -10,7 +10,9 @@ Files: ``config.json`` (the resolved configuration), ``warmup.json`` (the design
 is one), ``archive.sqlite`` (the archive: :mod:`spade_rl.archive`), ``metrics.jsonl`` (one line per
 iteration), ``transcripts.jsonl`` (sampled episodes), ``eval/iter-NNNN.json`` (in-loop evaluations) and
 ``checkpoints/iter-NNNN/`` (``updater/``: model or adapter, optimiser, scheduler, RNG states; and
-``state.json``: the iteration). The metrics line of an iteration is written before its checkpoint: on
+``state.json``: the iteration), and while a run designs and plays with ``train.offload_optimizer``,
+``optimizer-state.bin`` (the optimiser's moments between two updates; removed at the next update and
+when the run ends). The metrics line of an iteration is written before its checkpoint: on
 resume, everything after the last checkpoint (metrics and transcript lines, evaluations, the archive's
 records) is dropped and that iteration runs again.
 """
@@ -73,6 +75,11 @@ class RunDirectory:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def parked_optimizer_path(self) -> Path:
+        """Where the optimiser's state waits between updates (train.offload_optimizer)."""
+        return self.path / "optimizer-state.bin"
 
     def eval_path(self, iteration: int) -> Path:
         return self.path / "eval" / f"iter-{iteration:04d}.json"

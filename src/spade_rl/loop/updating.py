@@ -78,6 +78,9 @@ class InferenceOnlyUpdater:
                 "(set policy.servers.weight_sync back to what the run was started with)"
             )
 
+    def park_optimizer_state(self, path: str | Path) -> int:
+        return 0  # no optimiser
+
     def close(self) -> None:
         pass
 
@@ -128,6 +131,9 @@ class SyncingUpdater:
 
     def save(self, directory: str | Path) -> Path:
         return self.updater.save(directory)
+
+    def park_optimizer_state(self, path: str | Path) -> int:
+        return self.updater.park_optimizer_state(path)
 
     def load(self, directory: str | Path) -> None:
         self.updater.load(directory)

@@ -73,6 +73,11 @@ class TrainConfig:
     # activations take about 2.3 MB per token (SmolLM2-135M, bf16 autocast, measured): a 600-token
     # designer row held 1.4 GB for its pass; checkpointed, it costs one more forward pass instead.
     checkpoint_rows_longer_than: int = 0
+    # The optimiser's state (AdamW's moments: twice the model's float32 weights, 1.08 GB on the default
+    # model) written to the run directory between updates and read back before the next one, so that the
+    # design, play and evaluation phases do not hold it (spade_rl.train.offload): the same training, for
+    # one write and one read of that size per iteration.
+    offload_optimizer: bool = False
     # bookkeeping
     seed: int = 0
     output_dir: str | None = None  # where report_to backends write (tensorboard: output_dir/runs); None: a
@@ -112,7 +117,7 @@ class TrainConfig:
         _integer("lora_alpha", self.lora_alpha, 1)
         _integer("seed", self.seed, 0)
         _integer("checkpoint_rows_longer_than", self.checkpoint_rows_longer_than, 0)
-        for name in ("use_lora",):
+        for name in ("use_lora", "offload_optimizer"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"train {name} must be True or False, got {getattr(self, name)!r}")
         if not (self.bf16 is None or isinstance(self.bf16, bool) or self.bf16 == "auto"):

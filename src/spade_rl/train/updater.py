@@ -70,10 +70,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from spade_rl.memory import release_unused_memory
 from spade_rl.policy.models import cpu_has_fast_bf16, quiet_progress
 from spade_rl.train import trl_engine as engine  # checks the trl / transformers versions on import
 from spade_rl.train.config import TrainConfig
 from spade_rl.train.micro_batches import split_by_length, trim_padding
+from spade_rl.train.offload import StateOffload
 from spade_rl.train.samples import Batch, Sample, assemble_batch
 from spade_rl.train.trl_engine import SampleServingGRPOTrainer
 
@@ -131,6 +133,7 @@ class GRPOUpdater:
         self._pending: Batch | None = None
         self._scratch = None if self.config.output_dir else tempfile.TemporaryDirectory(prefix="spade-train-")
         self._warned_schedule_end = False
+        self._offload = StateOffload()  # the optimiser's state while it is parked (train.offload_optimizer)
         self.trainer = self._build_trainer(model, tokenizer)
         self._wrapped = engine.begin_training(self.trainer, self.config.checkpoint_rows_longer_than)
         pad = tokenizer.pad_token_id
@@ -177,6 +180,7 @@ class GRPOUpdater:
         ``train/clip_ratio/...``, ``train/entropy``, per-role counts, ``time/train_s``, ..."""
         start = time.perf_counter()
         cfg, trainer = self.config, self.trainer
+        self._offload.restore(trainer.optimizer)  # the moments back, if they were parked
         batch = assemble_batch(
             samples,
             cfg.group_size,
@@ -220,6 +224,7 @@ class GRPOUpdater:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         trainer = self.trainer
+        self._offload.restore(trainer.optimizer)  # a checkpoint holds the whole state
         with quiet_progress():  # no "Writing model shards" bar in the run's output at every checkpoint
             trainer.save_model(str(path / "model"))
         engine.save_training_state(trainer, path)
@@ -258,6 +263,7 @@ class GRPOUpdater:
                     f"{key}={getattr(self.config, key)!r}"
                 )
         trainer = self.trainer
+        self._offload.discard()  # whatever was parked is replaced by the checkpoint's state
         self._load_weights(path / "model")
         engine.load_training_state(trainer, path, meta["trl_step"])
         from transformers import TrainerState
@@ -267,8 +273,20 @@ class GRPOUpdater:
             setattr(trainer.state, name, getattr(state, name))
         log.info("loaded GRPO checkpoint at step %d from %s", trainer.state.global_step, path)
 
+    def park_optimizer_state(self, path: str | Path) -> int:
+        """With ``train.offload_optimizer``: write the optimiser's state to ``path`` and free its memory
+        until the next :meth:`update` or :meth:`save` reads it back (:mod:`spade_rl.train.offload`);
+        returns the bytes written (0: off, nothing to park yet, or already parked)."""
+        if not self.config.offload_optimizer:
+            return 0
+        written = self._offload.park(self.trainer.optimizer, path)
+        if written:
+            release_unused_memory()
+        return written
+
     def close(self) -> None:
-        """End the run for the callbacks (flushes tensorboard / wandb)."""
+        """End the run for the callbacks (flushes tensorboard / wandb); a parked state's file is removed."""
+        self._offload.discard()
         engine.end_training(self.trainer)
         if self._scratch is not None:
             self._scratch.cleanup()
