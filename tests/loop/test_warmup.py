@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
@@ -163,3 +164,45 @@ def test_the_answer_loss_on_kept_logits_equals_the_full_forward_loss():
     assert torch.isclose(kept, full, rtol=1e-5, atol=1e-6), (float(kept), float(full))
     kept.backward()  # and it trains: a gradient reaches the weights
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_recomputed_activations_give_the_same_warm_up(monkeypatch):
+    """warmup.activation_tokens: rows longer than it recompute a share of their layers' activations in
+    the backward pass (graduated by length); the warmed-up weights are those of holding them all, the
+    model is handed back without checkpointing, and the cache key does not change."""
+    from spade_rl.loop import warmup as module
+    from spade_rl.loop.warmup import _train, cache_key, checkpointed_layers
+
+    assert checkpointed_layers(30, 640, 448) == 9 and checkpointed_layers(30, 448, 448) == 0
+    assert checkpointed_layers(30, 100_000, 448) == 30 and checkpointed_layers(30, 640, 0) == 0
+    design = DesignPhaseConfig(form="question")
+    examples = warmup_examples(WarmupConfig(designs=4), design, Corpus.from_config())
+    plain = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3)
+    recomputing = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3, activation_tokens=64)
+    _, tokenizer = tiny_random_model(seed=0)
+    trained = []
+    answer_loss = module._answer_loss
+    for config in (plain, recomputing):
+        model, _ = tiny_random_model(seed=0)
+        policy = TransformersPolicy(model, tokenizer)
+        key = cache_key(policy, config, design, Corpus.from_config().config)
+        switched = []
+
+        def recording(model, prompt, target, device, switched=switched):
+            switched.append(sum(m.gradient_checkpointing for m in model.model.layers))
+            return answer_loss(model, prompt, target, device)
+
+        monkeypatch.setattr(module, "_answer_loss", recording)
+        losses = _train(policy, examples, config)
+        trained.append((key, losses, {k: v.clone() for k, v in model.state_dict().items()}, switched))
+        assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    (key_a, losses_a, weights_a, off), (key_b, losses_b, weights_b, on) = trained
+    layers = model.config.num_hidden_layers
+    assert set(off) == {0} and max(on) == layers  # rows of hundreds of tokens: every layer recomputes
+    assert key_a == key_b and losses_a == pytest.approx(losses_b, rel=1e-6)
+    for name, value in weights_a.items():
+        assert torch.allclose(value, weights_b[name], rtol=1e-5, atol=1e-7), name
+    with pytest.raises(ValueError, match=r"warmup\.activation_tokens must be"):
+        WarmupConfig(activation_tokens=-1)
+    with pytest.raises(ConfigError, match=r"warmup\.activation_tokens must be"):
+        load_config(None, ["warmup.activation_tokens=1.5"])

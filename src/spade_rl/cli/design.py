@@ -3,6 +3,7 @@ policy (or read a designer's outputs), validate them in the sandbox, and archive
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def design(
     from spade_rl.loop.config import RunConfig
     from spade_rl.loop.designing import DesignPhaseConfig, design_environments
     from spade_rl.loop.pool import seed_reference_environments
-    from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up
+    from spade_rl.loop.warmup import WarmupError, warm_up
     from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
 
     try:
@@ -56,7 +57,8 @@ def design(
         config = DesignPhaseConfig(
             n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form, prompt=prompt
         )
-        warmup_config = WarmupConfig(designs=warmup)
+        # the run's warm-up settings (its memory ones too), this many designs
+        warmup_config = dataclasses.replace(RunConfig().warmup, designs=warmup)
         documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
     except (ValueError, CorpusError) as exc:
         raise fail(str(exc)) from None

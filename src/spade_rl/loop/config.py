@@ -108,9 +108,9 @@ def _default_pool() -> PoolConfig:
 
 def _default_policy() -> PolicyConfig:
     # Generation in bfloat16 where the CPU multiplies it natively (3x faster prefill), float32 elsewhere;
-    # the keys/values of play capped (batch and prefix cache, 0.7 GiB each; docs/performance.md).
+    # the keys/values of play capped (a batch 0.7 GiB, the prefix cache 0.53 GiB; docs/performance.md).
     return PolicyConfig(
-        transformers=TransformersConfig(autocast="auto", batch_tokens=16384, prefix_cache_tokens=16384)
+        transformers=TransformersConfig(autocast="auto", batch_tokens=16384, prefix_cache_tokens=12288)
     )
 
 
@@ -145,7 +145,8 @@ class RunConfig:
     pool: PoolConfig = field(default_factory=_default_pool)  # what seeds the training pool
     eval: EvalConfig = field(default_factory=EvalConfig)  # in-loop evaluation (off by default)
     # The designer's warm-up (WarmupConfig's own default, 0 designs, is off: the paper has none).
-    warmup: WarmupConfig = field(default_factory=lambda: WarmupConfig(designs=48))
+    # 48 designs; rows over 320 tokens recompute a share of their activations (peak 4.2 -> 3.6 GiB)
+    warmup: WarmupConfig = field(default_factory=lambda: WarmupConfig(designs=48, activation_tokens=320))
 
     def __post_init__(self) -> None:
         loop, train = self.loop, self.train

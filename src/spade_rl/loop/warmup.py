@@ -56,12 +56,22 @@ class WarmupConfig:
     batch_size: int = 4  # designs per optimiser step (one sequence per forward pass)
     seed: int = 0
     cache: bool = True  # keep the warmed-up weights in the cache folder, and use them when found
+    # Memory, not results: a row longer than this many tokens recomputes the activations of a share of its
+    # layers in the backward pass (activation checkpointing) instead of holding them, the share that keeps
+    # about this many tokens' worth: ceil(layers * (1 - activation_tokens / length)). 0: every row holds all.
+    activation_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.designs < 0 or self.epochs < 1 or self.batch_size < 1 or self.seed < 0:
             raise ValueError(
                 "warmup.designs must be >= 0 (0: off), warmup.epochs and warmup.batch_size >= 1, "
                 f"warmup.seed >= 0; got {self.designs}, {self.epochs}, {self.batch_size}, {self.seed}"
+            )
+        if isinstance(self.activation_tokens, bool) or not isinstance(self.activation_tokens, int):
+            raise ValueError(f"warmup.activation_tokens must be an int >= 0, got {self.activation_tokens!r}")
+        if self.activation_tokens < 0:
+            raise ValueError(
+                f"warmup.activation_tokens must be >= 0 (0: no recomputation), got {self.activation_tokens}"
             )
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"warmup.learning_rate must be in (0, 1), got {self.learning_rate}")
@@ -101,7 +111,8 @@ def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, c
     digest = hashlib.sha256()
     settings = {
         "format": FORMAT,
-        "warmup": {k: v for k, v in asdict(config).items() if k != "cache"},
+        # (activation_tokens changes where the activations are, not the weights: outside the key)
+        "warmup": {k: v for k, v in asdict(config).items() if k not in ("cache", "activation_tokens")},
         "design": {
             "form": design.form,
             "skills": list(design.skill_list),
@@ -174,7 +185,13 @@ def _train(
     too): the prompt is five sixths of a row, and its logits over the whole vocabulary (and their
     gradient) were a quarter of the warm-up's time on 2 cores. The allocator's free pages go back to
     the system at the end: what the warm-up freed would otherwise stay in the process for the rest of
-    the run, under the play and the update's own memory (2.5 GB on the default model)."""
+    the run, under the play and the update's own memory (2.5 GB on the default model).
+
+    With ``activation_tokens``, each row longer than it recomputes the activations of
+    :func:`checkpointed_layers` of its decoder layers in the backward pass; the weights come out the same.
+    On the default model a 640-token row holds about 1.4 GB of activations; the warm-up's peak on its 24
+    longest rows (567-642 tokens) was 4221 MiB holding them all and 3630 MiB with 320, for about a tenth
+    more time (``python bench/warmup_memory.py``)."""
     import torch
 
     model, tokenizer = policy.model, policy.tokenizer
@@ -189,6 +206,7 @@ def _train(
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
     order = random.Random(f"spade-rl/warmup-order/{config.seed}")
     losses = []
+    layers = _checkpointing_layers(model) if config.activation_tokens else []
     model.train()
     try:
         for _ in range(config.epochs):
@@ -198,6 +216,11 @@ def _train(
                 batch = [rows[i] for i in indices[start : start + config.batch_size]]
                 total = 0.0
                 for prompt, target in batch:
+                    share = checkpointed_layers(
+                        len(layers), len(prompt) + len(target), config.activation_tokens
+                    )
+                    for n, layer in enumerate(layers):
+                        layer.gradient_checkpointing = n < share
                     loss = _answer_loss(model, prompt, target, device) / len(batch)
                     loss.backward()
                     total += float(loss.detach())
@@ -206,10 +229,39 @@ def _train(
                 losses.append(total)
     finally:
         model.eval()
+        if layers:
+            model.activation_checkpointing_disable()  # the model as it came (the updater sets its own)
         del optimizer
         gc.collect()
         release_unused_memory()
     return losses
+
+
+def checkpointed_layers(layers: int, length: int, activation_tokens: int) -> int:
+    """How many of ``layers`` recompute their activations for a row of ``length`` tokens, so that the
+    activations held are about those of ``activation_tokens`` tokens (0: none recompute).
+
+        checkpointed_layers(30, 640, 448) == 9      # 21 layers x 640 tokens held: 448 tokens' worth"""
+    if not activation_tokens or length <= activation_tokens:
+        return 0
+    return -(-layers * (length - activation_tokens) // length)  # the ceiling, in integers
+
+
+def _checkpointing_layers(model) -> list:
+    """The model's decoder layers, able to recompute their activations and set not to (each row then
+    switches a share of them on); a model without them cannot, and is refused."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise WarmupError(
+            f"warmup.activation_tokens needs activation checkpointing, which {type(model).__name__} does not "
+            "support; set warmup.activation_tokens = 0"
+        )
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    return layers
 
 
 def _answer_loss(model, prompt: list[int], target: list[int], device):
@@ -218,7 +270,7 @@ def _answer_loss(model, prompt: list[int], target: list[int], device):
 
     ids = torch.tensor([prompt + target], device=device)
     # the last len(target) + 1 positions; the first len(target) of them predict the target's tokens
-    logits = model(input_ids=ids, logits_to_keep=len(target) + 1).logits[0, :-1]
+    logits = model(input_ids=ids, logits_to_keep=len(target) + 1, use_cache=False).logits[0, :-1]
     return torch.nn.functional.cross_entropy(logits.float(), torch.tensor(target, device=device))
 
 
