@@ -289,7 +289,7 @@ def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> 
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
         "-m", "spade_rl", "run", "--out", str(run_dir),
         f"policy.model='{tiny_dir}'",
-        "loop.iterations=1",
+        "loop.iterations=2",  # the second plays with each process's optimiser state parked in its own file
         "loop.envs_per_iteration=2",
         "loop.drop_zero_signal_groups=false",  # every group trains, so that the iteration surely updates
         "warmup.designs=0",  # the warm-up runs in one process only
@@ -307,9 +307,11 @@ def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [metrics] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics["train/processes"] == 2.0 and metrics["train/step"] == 1.0, metrics
-    checkpoint = run_dir / "checkpoints" / "iter-0001" / "updater"
+    first, metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert first["train/processes"] == 2.0 and first["train/step"] == 1.0, first
+    assert metrics["train/processes"] == 2.0 and metrics["train/step"] == 2.0, metrics
+    assert not list(run_dir.glob("optimizer-state*"))  # read back by the update, removed
+    checkpoint = run_dir / "checkpoints" / "iter-0002" / "updater"
     assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()
     assert (checkpoint / "model" / "model.safetensors").is_file()
 

@@ -98,3 +98,19 @@ def test_a_write_that_fails_leaves_the_state_in_memory(tmp_path):
         offload.park(optimizer, tmp_path / "missing-folder" / "state.bin")
     assert not offload.parked and set(optimizer.state[weight]) == {"step", "exp_avg", "exp_avg_sq"}
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_process_parks_its_own_file(make_updater, tmp_path, monkeypatch):
+    """Under accelerate launch every process holds its share of the state: one file each, never shared."""
+    updater = make_updater(offload_optimizer=True)
+    updater.update(make_samples(seed=1))
+    accelerator = type(updater.trainer.accelerator)
+    monkeypatch.setattr(accelerator, "num_processes", property(lambda self: 2))
+    monkeypatch.setattr(accelerator, "process_index", property(lambda self: 1))
+    run = tmp_path / "run"
+    run.mkdir()
+    assert updater.park_optimizer_state(run / "optimizer-state.bin") > 0
+    assert [p.name for p in run.iterdir()] == ["optimizer-state.rank1.bin"]
+    monkeypatch.undo()  # one process again for the update: its capacity counts the processes
+    updater.update(make_samples(seed=2))
+    assert list(run.iterdir()) == []

@@ -198,6 +198,11 @@ class DistributedUpdater:
         metrics["train/groups_per_process_max"] = float(max(_groups(share) for share in shares))
         return metrics
 
+    def park_optimizer_state(self, path: str | Path) -> int:
+        """Every process parks its own share of the optimiser's state (a file of its own beside ``path``)."""
+        self.channel.send("park", str(path))
+        return self.updater.park_optimizer_state(path)
+
     def save(self, directory: str | Path) -> Path:
         self.channel.send("save", str(directory))
         path = self.updater.save(directory)
@@ -255,6 +260,8 @@ def follow(updater: Any, channel: CommandChannel) -> None:
             channel.barrier()
         elif command == "load":
             updater.load(argument)
+        elif command == "park":
+            updater.park_optimizer_state(argument)
         elif command == "close":
             updater.close()
             return

@@ -407,6 +407,7 @@ class SelfPlay:
     def _restore(self) -> None:
         done = self.files.restore(self._load_state)
         # what a stopped process parked between two updates: the run goes on from its checkpoint's state
+        # (under several processes each parks to a file of its own, replaced when it parks again)
         self.files.parked_optimizer_path.unlink(missing_ok=True)
         removed = self.archive.discard_after(done)
         self.next_iteration = done + 1

@@ -276,9 +276,14 @@ class GRPOUpdater:
     def park_optimizer_state(self, path: str | Path) -> int:
         """With ``train.offload_optimizer``: write the optimiser's state to ``path`` and free its memory
         until the next :meth:`update` or :meth:`save` reads it back (:mod:`spade_rl.train.offload`);
-        returns the bytes written (0: off, nothing to park yet, or already parked)."""
+        returns the bytes written (0: off, nothing to park yet, or already parked). Under several processes
+        each writes its own file beside ``path`` (``<stem>.rank<N><suffix>``)."""
         if not self.config.offload_optimizer:
             return 0
+        accelerator = self.trainer.accelerator
+        if accelerator.num_processes > 1:  # each process parks its own state (accelerate launch)
+            path = Path(path)
+            path = path.with_name(f"{path.stem}.rank{accelerator.process_index}{path.suffix}")
         written = self._offload.park(self.trainer.optimizer, path)
         if written:
             release_unused_memory()
