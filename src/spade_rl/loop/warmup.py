@@ -250,18 +250,14 @@ def checkpointed_layers(layers: int, length: int, activation_tokens: int) -> int
 def _checkpointing_layers(model) -> list:
     """The model's decoder layers, able to recompute their activations and set not to (each row then
     switches a share of them on); a model without them cannot, and is refused."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    from spade_rl.policy.models import switchable_checkpointing
 
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise WarmupError(
             f"warmup.activation_tokens needs activation checkpointing, which {type(model).__name__} does not "
             "support; set warmup.activation_tokens = 0"
         )
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    for layer in layers:
-        layer.gradient_checkpointing = False
-    return layers
+    return switchable_checkpointing(model, {"use_reentrant": False})
 
 
 def _answer_loss(model, prompt: list[int], target: list[int], device):

@@ -414,3 +414,16 @@ def _from_hub(repo_id: str, patterns: tuple[str, ...]) -> Path:
             f"({type(error).__name__}: {reason}). Without network, give a local model folder, or the "
             f"packaged default {DEFAULT_MODEL!r} (or leave the model unset)"
         ) from None
+
+
+def switchable_checkpointing(model: Any, kwargs: dict | None = None) -> list:
+    """Install activation checkpointing on ``model`` (``kwargs`` for ``torch.utils.checkpoint``) with every
+    decoder layer switched off, and return those layers: a caller switches each on or off per forward
+    pass (``layer.gradient_checkpointing``); ``model.activation_checkpointing_disable()`` removes it."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    return layers

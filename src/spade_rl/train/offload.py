@@ -43,7 +43,6 @@ class StateOffload:
     def __init__(self) -> None:
         self.path: Path | None = None
         self._entries: list[tuple[dict, str, tuple, Any, Any]] = []
-        self.parked_bytes = 0
 
     @property
     def parked(self) -> bool:
@@ -82,7 +81,7 @@ class StateOffload:
         for state, key, _ in moving:
             del state[key]
         del moving
-        self.path, self.parked_bytes = path, written
+        self.path = path
         log.debug(
             "parked %.0f MB of optimiser state in %s (%.2f s)",
             written / 1e6,
@@ -126,4 +125,4 @@ class StateOffload:
         """Forget what is parked and remove its file (the state was replaced, as by loading a checkpoint)."""
         if self.path is not None:
             self.path.unlink(missing_ok=True)
-        self.path, self._entries, self.parked_bytes = None, [], 0
+        self.path, self._entries = None, []

@@ -330,13 +330,9 @@ def begin_training(trainer: SampleServingGRPOTrainer, checkpoint_rows_longer_tha
         trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     elif checkpoint_rows_longer_than:
         # Installed once, then switched per micro-batch by its width (SampleServingGRPOTrainer).
-        trainer.model.activation_checkpointing_enable()
-        from transformers.modeling_layers import GradientCheckpointingLayer
+        from spade_rl.policy.models import switchable_checkpointing
 
-        layers = [m for m in trainer.model.modules() if isinstance(m, GradientCheckpointingLayer)]
-        for layer in layers:
-            layer.gradient_checkpointing = False
-        trainer.checkpointed_layers = tuple(layers)
+        trainer.checkpointed_layers = tuple(switchable_checkpointing(trainer.model))
         trainer.checkpoint_longer_than = checkpoint_rows_longer_than
     max_steps = args.max_steps
     trainer._init_training_state(max_steps, max_steps, 1, None, None)
