@@ -112,17 +112,17 @@ def test_masks_are_causal_from_the_bottom_right() -> None:
 
 def test_packed_feed_needs_sdpa_on_the_cpu(tiny) -> None:
     model, tokenizer = tiny
+    TransformersPolicy(model, tokenizer, TransformersConfig())  # on the CPU the policy sets SDPA
     assert why_not_packed(model) == ""
-    model.config._attn_implementation = "eager"
     try:
+        policy = TransformersPolicy(model, tokenizer, TransformersConfig(attn_implementation="eager"))
         assert "eager" in why_not_packed(model)
-        policy = TransformersPolicy(model, tokenizer, TransformersConfig())
         assert not policy._packs()
         [g] = policy.generate_tokens([[5, 6, 7]], SETTINGS["greedy"])  # left-padded then, as before
         assert g.completion_token_ids
     finally:
-        model.config._attn_implementation = "sdpa"
-    assert model.config._attn_implementation != NAME
+        TransformersPolicy(model, tokenizer, TransformersConfig())
+    assert model.config._attn_implementation == "sdpa" != NAME
 
 
 def test_packed_prefill_setting_is_validated() -> None:

@@ -68,7 +68,7 @@ class TransformersConfig:
     dtype: str = "auto"
     batch_size: int = 64
     batch_tokens: int = 0
-    attn_implementation: str | None = None  # None: the model's default ("sdpa" for most)
+    attn_implementation: str | None = None  # None: "sdpa" on the CPU (spade-rl's variants), else the model's
     prefix_cache_tokens: int = 32768
     autocast: str = "off"
     packed_prefill: bool = True

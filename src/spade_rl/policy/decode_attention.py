@@ -15,15 +15,18 @@ exactly the positions it attended to before (the cut positions are masked for ev
 results equal SDPA's over the whole width up to float rounding. Anything but one query per row with a
 boolean padding mask (prefill, training, a model of another attention) goes to SDPA unchanged.
 
-``TransformersPolicy`` switches a model whose attention is ``"sdpa"`` to this implementation for the
-duration of a generation call on the CPU (:func:`decoding_attention`), and back after it; training never
-sees it.
+``TransformersPolicy`` sets its model's attention (:func:`set_attention`: ``policy.transformers.
+attn_implementation``, or ``"sdpa"`` on the CPU), through transformers' public ``set_attn_implementation``,
+and remembers what it set: the model's configuration keeps the name only in a private attribute. A model
+whose attention the policy set to ``"sdpa"`` is switched to this implementation for the duration of a
+generation call on the CPU (:func:`decoding_attention`), and back after it; training never sees it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
     import torch
 
 NAME = "spade_rl_decode"
+# The attention implementation set on each model by set_attention (what the CPU paths read).
+_SET: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MIN_CHUNK_ROWS = 8  # a chunk of fewer rows costs more in kernel calls than its span saves
 NARROWER = 0.75  # a row at most this share of its chunk's widest span starts a new chunk
 
@@ -46,6 +51,19 @@ def register() -> str:
     return NAME
 
 
+def set_attention(model: Any, implementation: str) -> None:
+    """Set the model's attention implementation (transformers' ``set_attn_implementation``) and remember
+    it for :func:`attention_of`."""
+    model.set_attn_implementation(implementation)
+    _SET[model] = implementation
+
+
+def attention_of(model: Any) -> str | None:
+    """The attention implementation :func:`set_attention` set on ``model`` last (None: it set none): every
+    switch of spade-rl's goes through it, so this is the model's attention as spade-rl left it."""
+    return _SET.get(model)
+
+
 def why_not_cpu_sdpa(model: Any) -> str:
     """Why the model is not one on the CPU whose attention is SDPA ("" when it is): what the CPU attention
     paths (this module's, :mod:`spade_rl.policy.packed_prefill`) replace."""
@@ -55,7 +73,9 @@ def why_not_cpu_sdpa(model: Any) -> str:
         return "the model has no config or no parameters"
     if first.device.type != "cpu":
         return f"the model is on {first.device.type}, not the CPU"
-    implementation = getattr(config, "_attn_implementation", None)
+    implementation = attention_of(model)
+    if implementation is None:
+        return "the model's attention was not set by spade-rl (decode_attention.set_attention)"
     if implementation != "sdpa":
         return f"the model's attention is {implementation!r}, not 'sdpa'"
     return ""
@@ -67,12 +87,11 @@ def decoding_attention(model: Any) -> Iterator[None]:
     if why_not_cpu_sdpa(model):
         yield
         return
-    config = model.config
-    config._attn_implementation = register()
+    set_attention(model, register())
     try:
         yield
     finally:
-        config._attn_implementation = "sdpa"
+        set_attention(model, "sdpa")
 
 
 def chunks(spans: list[int]) -> list[tuple[int, int, int]]:

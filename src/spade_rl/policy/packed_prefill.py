@@ -147,17 +147,18 @@ def register() -> str:
 def packing(model: Any, cache: Any, plan: Plan) -> Iterator[None]:
     """While inside, ``model`` attends with :func:`packed_attention` and the layers of ``cache`` write what
     they are given to the rows and slots of ``plan``."""
-    config = model.config
-    saved = config._attn_implementation
+    from spade_rl.policy.decode_attention import attention_of, set_attention
+
+    saved = attention_of(model) or "sdpa"  # packing runs only where why_not_packed found SDPA
     layers = list(cache.layers)
-    config._attn_implementation = register()
+    set_attention(model, register())
     _active.plan = plan
     for layer in layers:
         layer.packed = plan
     try:
         yield
     finally:
-        config._attn_implementation = saved
+        set_attention(model, saved)
         _active.plan = None
         for layer in layers:
             layer.packed = None

@@ -43,7 +43,7 @@ from spade_rl.policy.base import (
     stop_token_ids_of,
 )
 from spade_rl.policy.config import TransformersConfig
-from spade_rl.policy.decode_attention import decoding_attention
+from spade_rl.policy.decode_attention import decoding_attention, set_attention
 from spade_rl.policy.kv_cache import (
     batch_chunks,
     check_batch_cache,
@@ -103,8 +103,15 @@ class TransformersPolicy(Policy):
         self.model = model
         self._tokenizer = tokenizer
         self.config = config if config is not None else TransformersConfig()
+        # The attention generation runs: as configured, or SDPA on the CPU, where spade-rl's own decoding and
+        # packed-prompt variants of it apply (decode_attention, packed_prefill).
         if self.config.attn_implementation is not None:
-            model.set_attn_implementation(self.config.attn_implementation)
+            set_attention(model, self.config.attn_implementation)
+        elif next(model.parameters()).device.type == "cpu":
+            try:
+                set_attention(model, "sdpa")
+            except (ValueError, ImportError) as error:  # a model without SDPA keeps its own attention
+                log.info("generation keeps the model's attention (no SDPA: %s)", error)
         self.eos_token_ids = stop_token_ids_of(tokenizer, getattr(model, "generation_config", None))
         if not self.eos_token_ids:
             raise PolicyError(
