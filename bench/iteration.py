@@ -10,7 +10,7 @@ seconds and share of the iteration for design generation, validation, the rest o
 play generation, the sandbox during play, the rest of play, rewards and statistics, the update, and
 the checkpoint; peak resident memory of this process (after the warm-up and after the iteration) and
 of the largest of its finished children. The phases are timed by wrapping the policy, the executor, the
-updater and the checkpoint of a real ``SelfPlay`` run; nothing of the loop is changed.
+learner and the checkpoint of a real ``SelfPlay`` run; nothing of the loop is changed.
 
 Part 2, generation: the same chats (first observations of the reference games) at each batch size,
 exactly ``--new-tokens`` tokens per row (an end-of-sequence token stops neither side: the same work on
@@ -94,8 +94,8 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
             for name in ("open_many", "call_many", "close_env"):
                 timers.wrap(run.executor, name, None)
             timers.wrap(run.executor, "validate_many", "validate")
-            timers.wrap(run.updater, "update", "update")
-            update_tokens = count_update_tokens(run.updater)
+            timers.wrap(run.learner, "step", "update")
+            update_tokens = count_update_tokens(run.learner)
             cache = getattr(run.policy, "prefix_cache", None)
             cache_before = dict(cache.stats) if cache is not None else {}
             generated = count_generated_tokens(policies.values(), timers)
@@ -152,10 +152,10 @@ def one_iteration(config_path: str | None, overrides: list[str]) -> dict:
     }
 
 
-def count_update_tokens(updater) -> dict:
-    """Counts, filled by each ``update``: rows, their tokens (prompt + completion), trained tokens."""
+def count_update_tokens(learner) -> dict:
+    """Counts, filled by each ``step``: rows, their tokens (prompt + completion), trained tokens."""
     counts = {"rows": 0, "tokens": 0, "trained": 0}
-    inner = updater.update
+    inner = learner.step
 
     def counted(samples, *args, **kwargs):
         counts["rows"] += len(samples)
@@ -163,7 +163,7 @@ def count_update_tokens(updater) -> dict:
         counts["trained"] += sum(sum(x.completion_mask) for x in samples)
         return inner(samples, *args, **kwargs)
 
-    updater.update = counted
+    learner.step = counted
     return counts
 
 

@@ -23,7 +23,7 @@ import sys
 import time
 
 from spade_rl.policy.models import load_pretrained
-from spade_rl.train import GRPOUpdater, Sample, TrainConfig
+from spade_rl.train import Learner, Sample, TrainConfig
 
 
 def batch(rows: int, tokens: int, seed: int = 0) -> list[Sample]:
@@ -64,16 +64,16 @@ def main(argv: list[str] | None = None) -> int:
             bf16="auto",
             checkpoint_rows_longer_than=256,
         )
-        updater = GRPOUpdater(model, tokenizer, config)
+        learner = Learner(model, tokenizer, config)
         try:
-            updater.update(samples)  # warm-up
+            learner.step(samples)  # warm-up
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                updater.update(samples)
+                learner.step(samples)
                 times.append(time.perf_counter() - start)
         finally:
-            updater.close()
+            learner.close()
         seconds = statistics.median(times)
         results.append((per_pass, seconds))
         base = results[0][1]

@@ -57,8 +57,8 @@ def parity_pool(tmp_path: Path) -> Path:
 
 def spy_updates(run: SelfPlay) -> list:
     seen: list = []
-    update = run.updater.update
-    run.updater.update = lambda samples: (seen.extend(samples), update(samples))[1]
+    update = run.learner.step
+    run.learner.step = lambda samples: (seen.extend(samples), update(samples))[1]
     return seen
 
 

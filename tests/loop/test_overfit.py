@@ -19,7 +19,7 @@ from spade_rl.loop.config import load_config
 from spade_rl.loop.run import SelfPlay
 from spade_rl.policy import tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
-from spade_rl.train import GRPOUpdater, Sample, TrainConfig
+from spade_rl.train import Learner, Sample, TrainConfig
 
 # One instance whatever the seed: a one-token answer wins when it starts with a vowel (about a fifth of
 # the tiny model's random tokens), so only which token the model writes decides the return.
@@ -152,7 +152,7 @@ def test_on_a_repeated_batch_the_loss_falls_and_winning_answers_gain_probability
         gradient_accumulation_steps=4,
         temperature=1.0,
     )
-    updater = GRPOUpdater(model, tokenizer, config)
+    learner = Learner(model, tokenizer, config)
     try:
 
         def margin() -> float:
@@ -162,9 +162,9 @@ def test_on_a_repeated_batch_the_loss_falls_and_winning_answers_gain_probability
             return sum(win) / len(win) - sum(lose) / len(lose)
 
         before = margin()
-        losses = [updater.update(samples)["train/loss"] for _ in range(8)]
+        losses = [learner.step(samples)["train/loss"] for _ in range(8)]
         after = margin()
     finally:
-        updater.close()
+        learner.close()
     assert after > before + 1.0, (before, after)
     assert abs(losses[0]) < 1e-6 and losses[-1] < -0.1, losses

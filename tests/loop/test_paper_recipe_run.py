@@ -83,7 +83,7 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path, mode):
         config, tmp_path / "run", policy=TransformersPolicy(model, tokenizer), designer_policy=designer
     ) as run:
         metrics = list(run.iterations())
-        optimizer = run.updater.trainer.optimizer
+        optimizer = run.learner.optimizer
         assert optimizer.param_groups[0]["betas"] == (0.9, 0.98)
         assert any(g["weight_decay"] == 0.1 for g in optimizer.param_groups)
     assert [m["iteration"] for m in metrics] == [1, 2]

@@ -24,7 +24,7 @@ from fixture_envs import PARITY, SMALL, designer_output
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
-from spade_rl.loop.updating import InferenceOnlyUpdater, make_updater, trainer_weights
+from spade_rl.loop.updating import InferenceOnlyLearner, make_learner, trainer_weights
 from spade_rl.policy import FakePolicy, ServersConfig
 from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
@@ -89,7 +89,7 @@ def test_selfplay_on_two_servers_pushes_the_weights_after_every_update(
     config = load_config(None, servers_overrides(servers, tiny_dir, "nccl"))
     roles = server_roles(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 4)
     with SelfPlay(config, tmp_path / "run", **roles) as run:
-        trainer = run.updater.trainer.model
+        trainer = run.learner.learner.raw_model
         assert not any(p is q for p in trainer.parameters() for q in servers[0].policy.model.parameters())
         assert [s.routes().count("/finish_weight_update") for s in servers] == [1, 1]  # pushed at start
         metrics = list(run.iterations())
@@ -101,7 +101,7 @@ def test_selfplay_on_two_servers_pushes_the_weights_after_every_update(
             assert same_weights(trainer, server.policy.model)  # the servers hold the trained weights
             assert server.routes().count("/init_weight_transfer_engine") == 1
             assert server.routes().count("/finish_weight_update") == 1 + len(updates)
-            assert server.weight_version == f"step-{run.updater.step}"
+            assert server.weight_version == f"step-{run.learner.steps}"
             assert server.prefix_cache_resets == 1 + len(updates)
         plays = sum(route == "/v1/completions" for s in servers for route, _ in s.calls)
         assert plays > 0 and all(any(r == "/v1/completions" for r, _ in s.calls) for s in servers)
@@ -117,7 +117,7 @@ def test_inference_only_run_says_so_and_never_updates(
     roles = server_roles(config.policy.servers, servers[0].policy.tokenizer, [DESIGN] * 2)
     before = {n: p.detach().clone() for n, p in servers[0].policy.model.named_parameters()}
     with caplog.at_level(logging.WARNING), SelfPlay(config, tmp_path / "run", **roles) as run:
-        assert isinstance(run.updater, InferenceOnlyUpdater)
+        assert isinstance(run.learner, InferenceOnlyLearner)
         [metrics] = list(run.iterations())
     assert any(
         "INFERENCE-ONLY RUN" in r.getMessage() and "weight_sync = 'none'" in r.getMessage()
@@ -134,15 +134,15 @@ def test_inference_only_run_says_so_and_never_updates(
     assert line["train/skipped"] == 1.0
 
 
-def test_an_inference_only_updater_refuses_a_training_checkpoint(tmp_path: Path) -> None:
-    updater = InferenceOnlyUpdater("test")
-    assert updater.update([]) == {"train/skipped": 1.0, "train/inference_only": 1.0}
-    updater.load(updater.save(tmp_path / "ok"))
+def test_an_inference_only_learner_refuses_a_training_checkpoint(tmp_path: Path) -> None:
+    learner = InferenceOnlyLearner("test")
+    assert learner.step([]) == {"train/skipped": 1.0, "train/inference_only": 1.0}
+    learner.load(learner.save(tmp_path / "ok"))
     (tmp_path / "trained").mkdir()
     with pytest.raises(
         ConfigError, match="checkpoint of a training run; it cannot be resumed as inference-only"
     ):
-        updater.load(tmp_path / "trained")
+        learner.load(tmp_path / "trained")
 
 
 def test_backends_that_cannot_train_are_refused_with_what_to_use() -> None:
@@ -152,7 +152,7 @@ def test_backends_that_cannot_train_are_refused_with_what_to_use() -> None:
     ]:
         config = load_config(None, [f"policy.backend='{backend}'", "warmup.designs=0"])
         with pytest.raises(ConfigError, match=message):
-            make_updater(config, FakePolicy(["x"]))
+            make_learner(config, FakePolicy(["x"]))
 
 
 def test_processes_from_the_launch_environment() -> None:
@@ -160,9 +160,7 @@ def test_processes_from_the_launch_environment() -> None:
     env = {"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0", "ACCELERATE_USE_FSDP": "true"}
     assert Processes.from_env(env) == Processes(world_size=4, rank=2, local_rank=0, sharding="fsdp")
     zero = {"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}
-    assert Processes.from_env(zero).sharding == "zero3"
-    zero["ACCELERATE_DEEPSPEED_ZERO_STAGE"] = "2"
-    assert Processes.from_env(zero).sharding == "none"
+    assert Processes.from_env(zero).deepspeed and Processes.from_env(zero).sharding == "none"
     assert Processes.from_env({"WORLD_SIZE": "2", "ACCELERATE_USE_CPU": "True"}).cpu
 
 
@@ -179,12 +177,12 @@ def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
     )
     inference_only = load_config(None, ["policy.backend='servers'", "warmup.designs=0"])
     Processes().check(inference_only)  # one process: anything goes
-    Processes(world_size=2, sharding="none").check(transformers)  # DDP / ZeRO-2: generate in process
-    Processes(world_size=2, sharding="zero3").check(servers)
+    Processes(world_size=2, sharding="none").check(transformers)  # DDP: generate in process
+    Processes(world_size=2, sharding="fsdp").check(servers)
     with pytest.raises(ConfigError, match=r"FSDP shards the weights.*policy.backend = 'servers'"):
         Processes(world_size=2, sharding="fsdp").check(transformers)
-    with pytest.raises(ConfigError, match=r"DeepSpeed ZeRO-3 shards the weights"):
-        Processes(world_size=2, sharding="zero3").check(transformers)
+    with pytest.raises(ConfigError, match=r"DeepSpeed launches are not supported.*FSDP2.*DDP"):
+        Processes(world_size=2, deepspeed=True).check(servers)
     with pytest.raises(ConfigError, match=r"inference-only run .* trains nothing: run it without accelerate"):
         Processes(world_size=2).check(inference_only)
 
@@ -218,43 +216,40 @@ def _sample(group: int, role: str, advantage: float) -> Sample:
 
 def test_samples_are_dealt_to_processes_in_whole_groups() -> None:
     samples = [_sample(g, "agent" if g else "designer", a) for g in range(3) for a in (1.0, -1.0)]
-    shares = split_for_processes(samples, 2, filler_token_id=0)
+    shares = split_for_processes(samples, 2)
     assert [[s.group for s in share] for share in shares] == [[0, 0, 2, 2], [1, 1]]
     assert shares[0] == samples[:2] + samples[4:] and shares[1] == samples[2:4]  # every sample, once
-    alone = split_for_processes(samples[:2], 3, filler_token_id=7)
-    assert alone[0] == samples[:2]
-    for share in alone[1:]:  # no group left: one row that trains nothing, so every process steps
-        [filler] = share
-        assert filler.advantage == 0.0 and filler.completion_mask == (0,) and filler.prompt_ids == (7,)
+    alone = split_for_processes(samples[:2], 3)
+    assert alone == [samples[:2], [], []]  # no group left: the learner still steps with the others
     with pytest.raises(ValueError, match="0 processes"):
-        split_for_processes(samples, 0, filler_token_id=0)
+        split_for_processes(samples, 0)
 
 
 def test_trainer_weights_are_the_models_parameters_once_each(tiny_dir: Path) -> None:
     from spade_rl.policy.models import load_pretrained
-    from spade_rl.train import GRPOUpdater, TrainConfig
+    from spade_rl.train import Learner, TrainConfig
 
     model, tokenizer = load_pretrained(str(tiny_dir))
-    updater = GRPOUpdater(model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2))
-    with trainer_weights(updater) as (specs, tensors):
+    learner = Learner(model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2))
+    with trainer_weights(learner) as (specs, tensors):
         named = list(tensors)
     expected = list(model.named_parameters())
     assert [s.name for s in specs] == [n for n, _ in expected] == [n for n, _ in named]
     assert "lm_head.weight" not in [s.name for s in specs]  # tied to the embedding: sent once
     assert all(tuple(t.shape) == s.shape for (_, t), s in zip(named, specs, strict=True))
-    updater.close()
+    learner.close()
 
 
 def test_trainer_weights_merge_lora_for_the_duration(tiny_dir: Path) -> None:
     from spade_rl.policy.models import load_pretrained
-    from spade_rl.train import GRPOUpdater, TrainConfig
+    from spade_rl.train import Learner, TrainConfig
 
     model, tokenizer = load_pretrained(str(tiny_dir))
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
-    updater = GRPOUpdater(
+    learner = Learner(
         model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2, use_lora=True)
     )
-    peft_model = updater.model
+    peft_model = learner.model
     with torch.no_grad():  # a non-zero adapter, as after some training
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
@@ -262,7 +257,7 @@ def test_trainer_weights_merge_lora_for_the_duration(tiny_dir: Path) -> None:
     probe = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         before = peft_model(input_ids=probe).logits
-    with trainer_weights(updater) as (specs, tensors):
+    with trainer_weights(learner) as (specs, tensors):
         named = dict((n, t.detach().clone()) for n, t in tensors)
     assert [s.name for s in specs] == list(base) and list(named) == list(base)  # base names, no lora_*
     q = "model.layers.0.self_attn.q_proj.weight"
@@ -270,7 +265,7 @@ def test_trainer_weights_merge_lora_for_the_duration(tiny_dir: Path) -> None:
     assert torch.equal(named["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     with torch.no_grad():
         torch.testing.assert_close(peft_model(input_ids=probe).logits, before)  # and unmerged after
-    updater.close()
+    learner.close()
 
 
 @pytest.mark.slow
@@ -312,28 +307,23 @@ def test_spade_rl_run_with_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> 
     assert metrics["train/processes"] == 2.0 and metrics["train/step"] == 2.0, metrics
     assert not list(run_dir.glob("optimizer-state*"))  # read back by the update, removed
     checkpoint = run_dir / "checkpoints" / "iter-0002" / "updater"
-    assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()
+    assert (checkpoint / "rng_state.rank0.pth").is_file() and (checkpoint / "rng_state.rank1.pth").is_file()
+    assert (checkpoint / "optimizer.rank0.pt").is_file() and (checkpoint / "optimizer.rank1.pt").is_file()
     assert (checkpoint / "model" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize(
-    ("name", "sharding"), [("ddp", "none"), ("zero2", "none"), ("zero3", "zero3"), ("fsdp", "fsdp")]
-)
+@pytest.mark.parametrize(("name", "sharding"), [("ddp", "none"), ("fsdp", "fsdp")])
 def test_the_accelerate_configs_launch_what_the_loop_detects(name: str, sharding: str) -> None:
     """The environment `accelerate launch --config_file configs/accelerate/<name>.yaml` gives each process."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+    from accelerate.utils.launch import prepare_multi_gpu_env
 
     root = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
     parsed = launch_command_parser().parse_args(
         ["--config_file", str(root / f"{name}.yaml"), "--num_processes", "2", "-m", "spade_rl", "run"]
     )
-    args, defaults, _ = _validate_launch_command(parsed)
-    if args.use_deepspeed:  # what accelerate's launch_command does before its DeepSpeed launcher
-        args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)
-        _, env = prepare_deepspeed_cmd_env(args)
-    else:
-        env = prepare_multi_gpu_env(args)
+    args, _, _ = _validate_launch_command(parsed)
+    env = prepare_multi_gpu_env(args)
     processes = Processes.from_env({**env, "WORLD_SIZE": "2", "RANK": "1"})
     assert processes.sharding == sharding and processes.distributed and not processes.main
     if name == "fsdp":

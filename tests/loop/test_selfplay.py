@@ -32,8 +32,8 @@ def test_two_iterations_train_both_roles(tmp_path):
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     with SelfPlay(load_config(None, SMALL), tmp_path / "run", **roles) as run:
         seen = []
-        update = run.updater.update
-        run.updater.update = lambda samples: (seen.append(list(samples)), update(samples))[1]
+        update = run.learner.step
+        run.learner.step = lambda samples: (seen.append(list(samples)), update(samples))[1]
         metrics = list(run.iterations())
     assert [m["iteration"] for m in metrics] == [1, 2]
     assert metrics[0]["designer/reasons"] == {"ok": 1, "timeout": 1}
@@ -63,9 +63,9 @@ def test_the_optimiser_state_waits_on_disk_while_the_run_designs_and_plays(tmp_p
     assert config.train.offload_optimizer
     parked = tmp_path / "run" / "optimizer-state.bin"
     with SelfPlay(config, tmp_path / "run", **roles) as run:
-        optimizer = run.updater.trainer.optimizer.optimizer
+        optimizer = run.learner.optimizer
         seen = []
-        play, update = run._play, run.updater.update
+        play, update = run._play, run.learner.step
 
         def watching_play(*args):
             moments = sum(k.startswith("exp_avg") for s in optimizer.state.values() for k in s)
@@ -78,7 +78,7 @@ def test_the_optimiser_state_waits_on_disk_while_the_run_designs_and_plays(tmp_p
             seen.append(("update", parked.exists(), moments))
             return metrics
 
-        run._play, run.updater.update = watching_play, watching_update
+        run._play, run.learner.step = watching_play, watching_update
         metrics = list(run.iterations())
         assert [m["iteration"] for m in metrics] == [1, 2]
     n = 2 * len(list(model.parameters()))

@@ -95,8 +95,8 @@ def test_a_fixed_pool_run_with_every_lever_through_the_real_sandbox(tmp_path):
     policy = TransformersPolicy(model, tokenizer)
     with SelfPlay(load_config(None, overrides), tmp_path / "run", policy=policy) as run:
         steps = []
-        update = run.updater.update
-        run.updater.update = lambda samples: (steps.append(list(samples)), update(samples))[1]
+        update = run.learner.step
+        run.learner.step = lambda samples: (steps.append(list(samples)), update(samples))[1]
         played = run._play(run._choose_envs([], random.Random(3)), random.Random(0), 1)
         assert len(played) == 3  # three groups from a pool of two: one environment twice
         assert len({p.env_id for p in played}) < 3

@@ -149,29 +149,13 @@ def test_the_warm_up_renders_the_prompts_with_the_designers_thinking_switch(tmp_
     assert result["warmup/cached"] == 0.0 and set(seen) == {None}  # "template": another entry, no switch
 
 
-def test_the_answer_loss_on_kept_logits_equals_the_full_forward_loss():
-    """The warm-up computes logits for the answer's positions only: the same loss as the labelled full
-    forward (cross-entropy on the answer tokens), with less work."""
-    import torch
-
-    from spade_rl.loop.warmup import _answer_loss
-
-    model, _ = tiny_random_model(seed=0)
-    prompt, target = list(range(5, 45)), [7, 99, 3, 250, 11]
-    kept = _answer_loss(model, prompt, target, "cpu")
-    labels = torch.tensor([[-100] * len(prompt) + target])
-    full = model(input_ids=torch.tensor([prompt + target]), labels=labels).loss
-    assert torch.isclose(kept, full, rtol=1e-5, atol=1e-6), (float(kept), float(full))
-    kept.backward()  # and it trains: a gradient reaches the weights
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
-
-
 def test_recomputed_activations_give_the_same_warm_up(monkeypatch):
     """warmup.activation_tokens: rows longer than it recompute a share of their layers' activations in
     the backward pass (graduated by length); the warmed-up weights are those of holding them all, the
     model is handed back without checkpointing, and the cache key does not change."""
-    from spade_rl.loop import warmup as module
-    from spade_rl.loop.warmup import _train, cache_key, checkpointed_layers
+    from spade_rl.loop.warmup import _train, cache_key
+    from spade_rl.train import learner as learner_module
+    from spade_rl.train.learner import checkpointed_layers
 
     assert checkpointed_layers(30, 640, 448) == 9 and checkpointed_layers(30, 448, 448) == 0
     assert checkpointed_layers(30, 100_000, 448) == 30 and checkpointed_layers(30, 640, 0) == 0
@@ -181,18 +165,20 @@ def test_recomputed_activations_give_the_same_warm_up(monkeypatch):
     recomputing = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3, activation_tokens=64)
     _, tokenizer = tiny_random_model(seed=0)
     trained = []
-    answer_loss = module._answer_loss
+    score = learner_module.trained_logps
     for config in (plain, recomputing):
         model, _ = tiny_random_model(seed=0)
         policy = TransformersPolicy(model, tokenizer)
         key = cache_key(policy, config, design, Corpus.from_config().config)
         switched = []
 
-        def recording(model, prompt, target, device, switched=switched):
-            switched.append(sum(m.gradient_checkpointing for m in model.model.layers))
-            return answer_loss(model, prompt, target, device)
+        def recording(scored_model, *args, switched=switched, model=model, **kwargs):
+            switched.append(
+                sum(bool(getattr(m, "gradient_checkpointing", False)) for m in model.model.layers)
+            )
+            return score(scored_model, *args, **kwargs)
 
-        monkeypatch.setattr(module, "_answer_loss", recording)
+        monkeypatch.setattr(learner_module, "trained_logps", recording)
         losses = _train(policy, examples, config)
         trained.append((key, losses, {k: v.clone() for k, v in model.state_dict().items()}, switched))
         assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())

@@ -192,7 +192,7 @@ def test_autocast_settings(tiny: tuple[Any, Any]) -> None:
 def test_train_bf16_auto_follows_the_cpu() -> None:
     from spade_rl.policy.models import cpu_has_fast_bf16
     from spade_rl.train import TrainConfig
-    from spade_rl.train.updater import resolve_bf16
+    from spade_rl.train.learner import resolve_bf16
 
     assert resolve_bf16("auto", on_gpu=False) is cpu_has_fast_bf16()
     assert resolve_bf16(None, on_gpu=False) is False and resolve_bf16(True, on_gpu=False) is True

@@ -1,5 +1,5 @@
-"""Fixtures of the GRPO update's tests: one thread, a factory of updaters on a fresh
-tiny model (CPU, no network)."""
+"""Fixtures of the learner's tests: one thread, a factory of learners on a fresh tiny model (CPU, no
+network)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import torch
 from train_helpers import G
 
 from spade_rl.policy import tiny_random_model
-from spade_rl.train import GRPOUpdater, TrainConfig
+from spade_rl.train import TrainConfig
+from spade_rl.train.learner import Learner
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -22,8 +23,8 @@ def one_thread():
 
 
 @pytest.fixture
-def make_updater(tokenizer, tmp_path):
-    """make_updater(model=None, **config) -> GRPOUpdater on a fresh tiny model (seed 0) unless given one."""
+def make_learner(tokenizer, tmp_path):
+    """make_learner(model=None, **config) -> Learner on a fresh tiny model (seed 0) unless given one."""
 
     def make(model=None, **overrides):
         if model is None:
@@ -33,9 +34,8 @@ def make_updater(tokenizer, tmp_path):
             group_size=G,
             per_device_train_batch_size=4,
             gradient_accumulation_steps=2,
-            output_dir=str(tmp_path / "out"),
         )
         settings.update(overrides)
-        return GRPOUpdater(model, tokenizer, TrainConfig(**settings))
+        return Learner(model, tokenizer, TrainConfig(**settings))
 
     return make

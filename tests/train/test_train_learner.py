@@ -1,10 +1,11 @@
-"""The GRPO update (spade_rl.train.updater): real TRL steps on the tiny model (CPU), the batch served
-instead of generated, checkpoints, the output head, KL, LoRA, micro-batches, activation checkpointing."""
+"""The learner (spade_rl.train.learner): real steps on the tiny model (CPU): what a step changes and what it
+does not, the batch without filler rows, one update whatever the passes, checkpoints, the old log-probs,
+the output head, KL, LoRA, activation checkpointing, the supervised step."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import json
 import math
 import random
 import sys
@@ -20,52 +21,49 @@ from train_helpers import (
     relative_difference,
     weights,
 )
-from trl import GRPOTrainer
 
 from spade_rl.policy import SamplingSettings, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.rewards import zscore_advantages
-from spade_rl.train import GRPOUpdater, Sample, TrainConfig, sample_from_generation
-from spade_rl.train.trl_engine import SampleServingGRPOTrainer
+from spade_rl.train import Sample, TrainConfig, sample_from_generation, scoring
+from spade_rl.train import learner as learner_module
+from spade_rl.train.learner import Learner
 
 
 def test_one_update_changes_the_weights_the_policy_generates_with(tokenizer, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
     policy = TransformersPolicy(model, tokenizer)
-    updater = GRPOUpdater.for_policy(
+    learner = Learner.for_policy(
         policy, TrainConfig(learning_rate=1e-3, group_size=G, per_device_train_batch_size=8)
     )
-    assert updater.model is policy.model and updater.rows_per_update == 8
+    assert learner.model is policy.model and learner.rows_per_update == 8
     before = weights(model)
-    metrics = updater.update(make_samples())
+    metrics = learner.step(make_samples())
     assert max_change(model, before) > 1e-4  # the policy's own model object was trained
-    assert updater.step == 1 and metrics["train/step"] == 1.0
+    assert learner.steps == 1 and metrics["train/step"] == 1.0
     assert metrics["train/designer/samples"] == 4 and metrics["train/agent/samples"] == 4
-    assert metrics["train/filler_rows"] == 0 and metrics["train/grad_norm"] > 0
-    assert metrics["train/advantage_mismatch"] < 1e-6
+    assert metrics["train/passes"] == 1 and metrics["train/grad_norm"] > 0
     for key in ("train/loss", "train/entropy", "train/clip_ratio/region_mean", "time/train_s"):
         assert key in metrics and metrics[key] == metrics[key]  # present and not NaN
     assert not model.training  # handed back in eval mode; the policy generates with it as before
     [generation] = policy.generate([[{"role": "user", "content": "Hi"}]], SamplingSettings(max_new_tokens=4))
     assert len(generation.completion_token_ids) >= 1
-    scratch = updater.trainer.args.output_dir  # no output_dir: a temporary folder, not the working directory
-    assert list(tmp_path.iterdir()) == []
-    updater.close()
-    assert not Path(scratch).exists()
+    assert list(tmp_path.iterdir()) == []  # nothing written to the working directory
+    learner.close()
 
 
-def test_zero_advantages_leave_the_weights_unchanged(make_updater):
-    updater = make_updater()
-    before = weights(updater.model)
-    metrics = updater.update(make_samples(scale={"designer": 0.0, "agent": 0.0}))
+def test_zero_advantages_leave_the_weights_unchanged(make_learner):
+    learner = make_learner()
+    before = weights(learner.model)
+    metrics = learner.step(make_samples(scale={"designer": 0.0, "agent": 0.0}))
     # Exactly: the loss is A * ratio with A = 0, so every gradient is 0, and AdamW's first step from zero
     # moments (no weight decay) moves nothing. After earlier steps the moments would still move the weights.
-    assert max_change(updater.model, before) == 0.0
+    assert max_change(learner.model, before) == 0.0
     assert metrics["train/grad_norm"] == 0.0
 
 
-def test_masked_tokens_get_no_gradient(make_updater):
+def test_masked_tokens_get_no_gradient(make_learner):
     """Two batches that differ only in trailing environment tokens (ids and log-probs) give the same update;
     a batch whose completions are all environment tokens gives none."""
     base = make_samples(env_tail=4)
@@ -82,9 +80,9 @@ def test_masked_tokens_get_no_gradient(make_updater):
         )
         for s in base
     ]
-    first, second = make_updater(), make_updater()
+    first, second = make_learner(), make_learner()
     before = weights(first.model)
-    one, two = first.update(base), second.update(other)
+    one, two = first.step(base), second.step(other)
     assert max_change(first.model, before) > 1e-4
     # Equal up to float32 rounding (the kernels sum in another order when other values sit beside them).
     assert two["train/loss"] == pytest.approx(one["train/loss"], rel=1e-6)
@@ -92,65 +90,73 @@ def test_masked_tokens_get_no_gradient(make_updater):
     assert relative_difference(first.model, second.model, before) < 1e-4
     silent = [Sample(s.role, s.prompt_ids, s.completion_ids, [0] * len(s.completion_ids),
                      s.logprobs, s.advantage, s.group) for s in base]  # fmt: skip
-    third = make_updater()
+    third = make_learner()
     before = weights(third.model)
-    third.update(silent)
+    third.step(silent)
     assert max_change(third.model, before) == 0.0
 
 
-def test_trl_uses_exactly_our_advantages(make_updater):
-    updater = make_updater(per_device_train_batch_size=4, gradient_accumulation_steps=3)  # 12 rows
-    samples = make_samples(roles=("agent", "designer"), group_size=3, scale={"agent": 7.0, "designer": 0.3})
-    updater.update(samples)
-    used = updater.trainer.last_advantages.tolist()
-    ours = [s.advantage for s in samples]
-    expected = ours[:3] + [0.0] + ours[3:] + [0.0] + [0.0] * 4  # blocks of G, then a filler block
-    assert used == pytest.approx(expected, abs=1e-6)  # float32 rounding only
+def test_the_advantages_given_are_the_advantages_used(make_learner):
+    """Advantages are an input of the loss: scaling one sample's advantage scales its gradient exactly, an
+    uncentred group is trained as given (the learner subtracts nothing)."""
+    samples = make_samples(roles=("agent",), scale={"agent": 0.0})
+    one = dataclasses.replace(samples[0], advantage=1.0)
+    three = dataclasses.replace(samples[0], advantage=3.0)
+    norms = []
+    for row in (one, three):
+        learner = make_learner(old_logprobs="recompute")  # ratio 1: the gradient is linear in A
+        norms.append(learner.step([row, *samples[1:]])["train/grad_norm"])
+    assert norms[1] == pytest.approx(3 * norms[0], rel=1e-5)
 
 
 @pytest.mark.parametrize("role", ["designer", "agent"])
-def test_each_role_alone_moves_the_weights(make_updater, role):
+def test_each_role_alone_moves_the_weights(make_learner, role):
     other = "agent" if role == "designer" else "designer"
-    updater = make_updater()
-    before = weights(updater.model)
-    metrics = updater.update(make_samples(scale={other: 0.0}))
-    assert max_change(updater.model, before) > 1e-4 and metrics["train/grad_norm"] > 0
-    assert metrics[f"train/rewards/{role}_advantage/std"] > 0
-    assert metrics[f"train/rewards/{other}_advantage/std"] == 0
+    learner = make_learner()
+    before = weights(learner.model)
+    metrics = learner.step(make_samples(scale={other: 0.0}))
+    assert max_change(learner.model, before) > 1e-4 and metrics["train/grad_norm"] > 0
+    assert metrics[f"train/{role}/advantage_abs_mean"] > 0
+    assert metrics[f"train/{other}/advantage_abs_mean"] == 0
 
 
-def test_a_short_batch_is_filled_without_changing_the_update(make_updater):
-    """8 samples as a full batch of 8 rows, and as half of a batch of 16 (one filler block... two):
-    with the dapo loss (tokens normalised over the batch) the fillers change nothing."""
+def test_a_batch_holds_its_samples_only_whatever_the_capacity(make_learner):
+    """8 samples in a learner of 8 rows per step and in one of 16: the same passes, loss, gradient and
+    weights (no filler rows); more samples than the capacity are refused with the settings named."""
     samples = make_samples()
-    full = make_updater(per_device_train_batch_size=4, gradient_accumulation_steps=2)
-    padded = make_updater(per_device_train_batch_size=4, gradient_accumulation_steps=4)
+    full = make_learner(per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    roomy = make_learner(per_device_train_batch_size=4, gradient_accumulation_steps=4)
     before = weights(full.model)
-    one, two = full.update(samples), padded.update(samples)
-    assert two["train/filler_rows"] == 8 and one["train/filler_rows"] == 0
-    assert two["train/loss"] == pytest.approx(one["train/loss"], rel=1e-6)
-    assert two["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-6)
-    assert relative_difference(full.model, padded.model, before) < 1e-4
-    with pytest.raises(ValueError, match="more than the 8 rows"):
-        full.update(make_samples(roles=("agent", "designer", "agent")))
+    one, two = full.step(samples), roomy.step(samples)
+    assert one["train/passes"] == two["train/passes"] == 2
+    assert two["train/loss"] == one["train/loss"] and two["train/grad_norm"] == one["train/grad_norm"]
+    assert relative_difference(full.model, roomy.model, before) == 0.0
+    with pytest.raises(ValueError, match="more than the 8 rows of one step"):
+        full.step(make_samples(roles=("agent", "designer", "agent")))
+    with pytest.raises(ValueError, match="no samples"):
+        full.step([])
 
 
-def test_save_and_load_continue_identically(make_updater, tmp_path):
-    first = make_updater()
-    first.update(make_samples(seed=1))
+def test_save_and_load_continue_identically(make_learner, tmp_path):
+    first = make_learner()
+    first.step(make_samples(seed=1))
     first.save(tmp_path / "ckpt")
-    expected = first.update(make_samples(seed=2))
-    resumed = make_updater()  # a fresh model from the same seed: the checkpoint supplies the trained weights
+    expected = first.step(make_samples(seed=2))
+    resumed = make_learner()  # a fresh model from the same seed: the checkpoint supplies the trained weights
     resumed.load(tmp_path / "ckpt")
-    assert resumed.step == 1
-    got = resumed.update(make_samples(seed=2))
-    assert resumed.step == 2
+    assert resumed.steps == 1
+    got = resumed.step(make_samples(seed=2))
+    assert resumed.steps == 2
     for a, b in zip(first.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
     assert got["train/loss"] == expected["train/loss"]
     assert got["train/grad_norm"] == expected["train/grad_norm"]
-    with pytest.raises(ValueError, match="gradient_accumulation_steps=2, this updater has"):
-        make_updater(gradient_accumulation_steps=1).load(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="use_lora=False, this learner has True"):
+        make_learner(use_lora=True).load(tmp_path / "ckpt")
+    meta = json.loads((tmp_path / "ckpt" / "spade_train.json").read_text())
+    (tmp_path / "ckpt" / "spade_train.json").write_text(json.dumps({**meta, "format": 1}))
+    with pytest.raises(ValueError, match="format 1 was written by the TRL-driven updater"):
+        make_learner().load(tmp_path / "ckpt")
 
 
 def policy_samples(tokenizer, prompt: str):
@@ -169,8 +175,8 @@ def policy_samples(tokenizer, prompt: str):
 
 
 def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path):
-    """Samples drawn by the policy at temperature 0.6: TRL's log-probs at that temperature match the
-    sampler's, so the ratio against them is 1 and the update equals TRL's own on-policy update."""
+    """Samples drawn by the policy at temperature 0.6: the learner's log-probs at that temperature match the
+    sampler's, so the ratio against them is 1 and the step equals the on-policy (recomputed) one."""
     results = {}
     for mode in ("sampling", "recompute"):
         model, policy, samples = policy_samples(tokenizer, "Design environment")
@@ -183,7 +189,7 @@ def test_sampling_logprobs_from_the_policy_give_unit_ratios(tokenizer, tmp_path)
             output_dir=str(tmp_path),
         )
         before = weights(model)
-        metrics = GRPOUpdater.for_policy(policy, config).update(samples)
+        metrics = Learner.for_policy(policy, config).step(samples)
         assert metrics["train/clip_ratio/region_mean"] == 0.0
         results[mode] = metrics["train/grad_norm"], model
     (norm_s, model_s), (norm_r, model_r) = results["sampling"], results["recompute"]
@@ -214,7 +220,7 @@ def test_truncated_importance_sampling_weighs_each_token_by_the_capped_ratio_to_
             tis_cap=cap,
             output_dir=str(tmp_path / name),
         )
-        norms[name] = GRPOUpdater.for_policy(policy, config).update(samples)["train/grad_norm"]
+        norms[name] = Learner.for_policy(policy, config).step(samples)["train/grad_norm"]
     assert norms["same"] == pytest.approx(norms["plain"], rel=1e-4)
     assert norms["higher"] == pytest.approx(norms["plain"] * math.exp(-0.5), rel=1e-4)
     assert norms["lower"] == pytest.approx(norms["plain"] * 2.0, rel=1e-4)
@@ -229,11 +235,11 @@ def test_truncated_importance_sampling_weighs_each_token_by_the_capped_ratio_to_
     ],
 )
 def test_samples_without_sampler_logprobs_are_named_where_the_update_uses_them(
-    make_updater, caplog, settings, warned
+    make_learner, caplog, settings, warned
 ):
     samples = [dataclasses.replace(s, logprobs=(0.0,) * len(s.logprobs)) for s in make_samples()]
-    with caplog.at_level("WARNING", logger="spade_rl.train.updater"):
-        make_updater(**settings).update(samples)
+    with caplog.at_level("WARNING", logger="spade_rl.train.learner"):
+        make_learner(**settings).step(samples)
     assert (
         any("importance ratios against the sampler are wrong" in r.getMessage() for r in caplog.records)
         == warned
@@ -248,131 +254,156 @@ def test_truncated_importance_sampling_needs_recomputed_old_logprobs():
     assert TrainConfig(tis_cap=2.0, old_logprobs="recompute").tis_cap == 2.0
 
 
-def test_adam_betas_reach_the_optimiser(make_updater):
-    updater = make_updater(adam_beta1=0.9, adam_beta2=0.98, weight_decay=0.1)
-    updater.update(make_samples())
-    [group, *_] = updater.trainer.optimizer.param_groups
-    assert group["betas"] == (0.9, 0.98)
-    assert any(g["weight_decay"] == 0.1 for g in updater.trainer.optimizer.param_groups)
+def test_adam_betas_reach_the_optimiser(make_learner):
+    learner = make_learner(adam_beta1=0.9, adam_beta2=0.98, weight_decay=0.1)
+    learner.step(make_samples())
+    [decay, other] = learner.optimizer.param_groups
+    assert decay["betas"] == (0.9, 0.98)
+    assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0  # not on biases and norms
+    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in other["params"])
 
 
 @pytest.mark.parametrize(
     ("bf16", "setting", "expected"), [(True, None, True), (False, None, False), (True, False, False)]
 )
-def test_the_output_head_stays_float32_under_bf16_unless_told(make_updater, bf16, setting, expected):
+def test_the_output_head_stays_float32_under_bf16_unless_told(make_learner, bf16, setting, expected):
     """Generation keeps its head in float32 under autocast; by default the update scores with it too."""
-    updater = make_updater(bf16=bf16, cast_lm_head_to_fp32=setting)
-    assert updater.trainer.args.bf16 is bf16
-    assert updater.trainer.args.cast_lm_head_to_fp32 is expected
-    metrics = updater.update(make_samples())
+    learner = make_learner(bf16=bf16, cast_lm_head_to_fp32=setting)
+    assert learner.bf16 is bf16
+    assert learner.head_fp32 is expected
+    metrics = learner.step(make_samples())
     assert metrics["train/grad_norm"] > 0
 
 
-def test_kl_term_against_a_reference_copy(make_updater):
-    updater = make_updater(beta=0.05)
-    reference = updater.trainer.ref_model
-    assert reference is not None and reference is not updater.model
+def test_kl_term_against_a_reference_copy(make_learner):
+    learner = make_learner(beta=0.05)
+    reference = learner.reference
+    assert reference is not None and reference is not learner.model
     frozen = weights(reference)
-    first = updater.update(make_samples(seed=1))
-    second = updater.update(make_samples(seed=2))
+    first = learner.step(make_samples(seed=1))
+    second = learner.step(make_samples(seed=2))
     assert first["train/kl"] == pytest.approx(0.0, abs=1e-6)  # the model still equals its reference
     assert second["train/kl"] > 0
     assert max_change(reference, frozen) == 0.0
 
 
 @pytest.mark.slow
-def test_lora_trains_the_adapter_inside_the_policy_model(make_updater, tokenizer, tmp_path):
+def test_lora_trains_the_adapter_inside_the_policy_model(make_learner, tokenizer, tmp_path):
     pytest.importorskip("peft")
     model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
-    updater = make_updater(model, use_lora=True, lora_rank=4, lora_target_modules=("q_proj", "v_proj"))
+    learner = make_learner(model, use_lora=True, lora_rank=4, lora_target_modules=("q_proj", "v_proj"))
     probe = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():
         logits_before = model(probe).logits
-    updater.update(make_samples())
+    learner.step(make_samples())
     with torch.no_grad():
         logits_after = model(probe).logits  # the policy's own object now carries the adapter
     assert not torch.allclose(logits_before, logits_after)
-    for name, p in updater.model.named_parameters():
+    for name, p in learner.model.named_parameters():
         if "lora_" not in name:
             assert not p.requires_grad
-    updater.save(tmp_path / "lora")
-    expected = updater.update(make_samples(seed=5))
+    learner.save(tmp_path / "lora")
+    expected = learner.step(make_samples(seed=5))
     fresh, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
-    resumed = make_updater(fresh, use_lora=True, lora_rank=4, lora_target_modules=("q_proj", "v_proj"))
+    resumed = make_learner(fresh, use_lora=True, lora_rank=4, lora_target_modules=("q_proj", "v_proj"))
     resumed.load(tmp_path / "lora")
-    got = resumed.update(make_samples(seed=5))
+    got = resumed.step(make_samples(seed=5))
     assert got["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
     with torch.no_grad():
         torch.testing.assert_close(fresh(probe).logits, model(probe).logits)
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
-def test_length_sorted_trimmed_micro_batches_give_trl_s_update(make_updater, monkeypatch, loss_type):
-    """Our micro-batches (rows sorted by length, padding cut) against TRL's (all rows padded to the longest,
-    shuffled): the same loss, gradient norm and weights for the losses normalised over the whole batch."""
-    ours = make_updater(loss_type=loss_type, gradient_accumulation_steps=3)
-    before = weights(ours.model)
-    one = ours.update(mixed_length_samples())
-    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", GRPOTrainer._prepare_inputs)
-    trl_path = make_updater(loss_type=loss_type, gradient_accumulation_steps=3)
-    two = trl_path.update(mixed_length_samples())
-    assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
-    # float rounding only (padding changes the attention kernel's sums); a row lost or counted twice: ~1
-    assert relative_difference(ours.model, trl_path.model, before) < 1e-3
+def test_one_step_whatever_the_passes(make_learner, loss_type):
+    """Rows of mixed lengths in one pass, in passes of 5 and in passes of one row each (sorted by length,
+    each cut to its widest row): the same loss, gradient and weights for the losses normalised over the
+    whole batch."""
+    samples = mixed_length_samples()  # 12 rows: a designer group of 70-token rows, two agent groups of 11
+    results = []
+    for rows in (12, 5, 1):
+        learner = make_learner(
+            loss_type=loss_type, per_device_train_batch_size=rows, gradient_accumulation_steps=12
+        )
+        before = weights(learner.model)
+        results.append((learner.step(samples), learner.model))
+        assert results[-1][0]["train/passes"] == -(-12 // rows)
+    (one, whole), *others = results
+    for metrics, model in others:
+        assert metrics["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5, abs=1e-7)
+        assert metrics["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-5)
+        # AdamW's first step is about lr * sign(g): elements with a gradient near 0 differ by rounding
+        assert relative_difference(model, whole, before) < 1e-3
 
 
-def test_scoring_only_the_completion_gives_the_update_of_scoring_every_position(make_updater, monkeypatch):
-    """The output head on the completion's positions only (what TRL does on Triton devices) against TRL's
-    CPU path, every position of the sequence: the same loss, gradient norm, metrics and weights."""
-    import trl.trainer.utils as trl_utils
-
-    from spade_rl.train import trl_engine
-
-    scored = []
-    original = trl_utils._ChunkedLogProbFunction.apply
-
-    def counting(hidden, *args):
-        scored.append(hidden.shape[0])
-        return original(hidden, *args)
-
-    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
-    compact = make_updater(gradient_accumulation_steps=3)
-    before = weights(compact.model)
-    one = compact.update(mixed_length_samples())
-    compact_positions = sum(scored)
-    scored.clear()
-    monkeypatch.setattr(trl_engine, "score_completions_only", contextlib.nullcontext)
-    every = make_updater(gradient_accumulation_steps=3)
-    two = every.update(mixed_length_samples())
-    assert compact_positions < sum(scored)  # fewer positions through the head
-    assert one["train/loss"] == pytest.approx(two["train/loss"], rel=1e-5, abs=1e-7)
-    assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
-    assert one["train/entropy"] == pytest.approx(two["train/entropy"], rel=1e-5)
-    assert relative_difference(compact.model, every.model, before) < 1e-3
+def full_logps(model, sample, temperature):
+    """The tempered log-prob of every completion token of one sample, from the model's full logits."""
+    ids = torch.tensor([sample.prompt_ids + sample.completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(sample.prompt_ids) - 1 : -1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(sample.completion_ids)[:, None])[:, 0]
 
 
-def test_checkpointing_only_long_rows_gives_the_same_update(make_updater, monkeypatch):
-    """train.checkpoint_rows_longer_than: micro-batches wider than it run with activation checkpointing,
-    the others without; the update is the one without any checkpointing."""
+def test_only_the_trained_tokens_go_through_the_output_head(make_learner, monkeypatch):
+    """The head projects exactly the trained tokens (environment tokens, prompts and padding are context
+    only), and their log-probs are those of the model's full logits, row by row."""
+    samples = make_samples(seed=5, env_tail=4)  # agent rows alternate model and environment tokens
+    learner = make_learner(per_device_train_batch_size=8, temperature=0.7)
+    projected, seen = [], []
+    chunk = scoring._chunk_logps
+
+    def counted(hidden, *args):
+        projected.append(hidden.shape[0])
+        return chunk(hidden, *args)
+
+    trained_logps = learner_module.trained_logps
+
+    def recorded(*args, **kwargs):
+        out = trained_logps(*args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(scoring, "_chunk_logps", counted)
+    monkeypatch.setattr(learner_module, "trained_logps", recorded)
+    model = learner.model
+    expected = [full_logps(model, s, 0.7) for s in samples]
+    learner.step(samples)
+    # each chunk is projected in the forward pass and again in the backward pass (it keeps no logits)
+    assert sum(projected) == 2 * sum(sum(s.completion_mask) for s in samples)
+    [scored] = seen
+    ours = scored.logps.detach()[scored.mask.bool()]
+    # the batch is sorted by length, longest first (stable): designer rows, then agent rows
+    order = sorted(
+        range(len(samples)), key=lambda i: -(len(samples[i].prompt_ids) + len(samples[i].completion_ids))
+    )
+    theirs = torch.cat(
+        [expected[i][torch.tensor(samples[i].completion_mask, dtype=torch.bool)] for i in order]
+    )
+    # rows interleave in the mask's row-major order: compare as sorted multisets of values per batch
+    torch.testing.assert_close(ours.sort().values, theirs.sort().values, rtol=1e-5, atol=1e-5)
+
+
+def test_checkpointing_only_long_rows_gives_the_same_update(make_learner, monkeypatch):
+    """train.checkpoint_rows_longer_than: passes wider than it run with activation checkpointing, the
+    others without; the update is the one without any checkpointing."""
     switched = []
-    original = SampleServingGRPOTrainer._prepare_inputs
+    trained_logps = learner_module.trained_logps
 
-    def recording(self, batch):
-        micro = original(self, batch)
-        switched.append(self.checkpointed_layers[0].gradient_checkpointing)
-        return micro
+    def recording(model, micro, *args, **kwargs):
+        switched.append(selective.layers[0].gradient_checkpointing)
+        return trained_logps(model, micro, *args, **kwargs)
 
-    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", recording)
-    selective = make_updater(gradient_accumulation_steps=3, checkpoint_rows_longer_than=40)
+    monkeypatch.setattr(learner_module, "trained_logps", recording)
+    selective = make_learner(gradient_accumulation_steps=3, checkpoint_rows_longer_than=40)
     before = weights(selective.model)
-    one = selective.update(mixed_length_samples())
+    one = selective.step(mixed_length_samples())
     assert True in switched and False in switched  # the long designer rows only
-    monkeypatch.setattr(SampleServingGRPOTrainer, "_prepare_inputs", original)
-    plain = make_updater(gradient_accumulation_steps=3)
-    two = plain.update(mixed_length_samples())
+    plain = make_learner(gradient_accumulation_steps=3)
+    two = plain.step(mixed_length_samples())
     assert one["train/loss"] == pytest.approx(two["train/loss"], rel=1e-5, abs=1e-7)
     assert one["train/grad_norm"] == pytest.approx(two["train/grad_norm"], rel=1e-5)
     assert relative_difference(selective.model, plain.model, before) < 1e-3
+    selective.close()  # hands the model back without the checkpointing it installed
+    assert not any(layer.gradient_checkpointing for layer in selective.layers)
     with pytest.raises(ValueError, match="checkpoint_rows_longer_than"):
         TrainConfig(checkpoint_rows_longer_than=-1)
 
@@ -386,102 +417,100 @@ def test_release_unused_memory_hands_pages_back_or_does_nothing():
 
 
 @pytest.mark.slow
-def test_gradient_checkpointing_gives_the_same_update(make_updater):
-    plain, checkpointed = make_updater(), make_updater(gradient_checkpointing=True)
+def test_gradient_checkpointing_gives_the_same_update(make_learner):
+    plain, checkpointed = make_learner(), make_learner(gradient_checkpointing=True)
     before = weights(plain.model)
-    one, two = plain.update(make_samples()), checkpointed.update(make_samples())
+    one, two = plain.step(make_samples()), checkpointed.step(make_samples())
     assert two["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-5)
     assert relative_difference(plain.model, checkpointed.model, before) < 1e-4
 
 
-def test_wide_micro_steps_hand_freed_memory_back_without_changing_the_update(make_updater, monkeypatch):
-    """After each micro-step of rows at least TRIM_AFTER_TOKENS wide (and only those) the update calls
+def test_wide_passes_hand_freed_memory_back_without_changing_the_update(make_learner, monkeypatch):
+    """After each pass over rows at least TRIM_AFTER_TOKENS wide (and only those) the learner calls
     release_unused_memory; the step is the same as without it."""
-    from spade_rl.train import trl_engine
-
     samples = mixed_length_samples()  # one designer group of 70-token rows, two agent groups of 11
-    plain = make_updater(per_device_train_batch_size=1, gradient_accumulation_steps=12)
+    plain = make_learner(per_device_train_batch_size=1, gradient_accumulation_steps=12)
     before = weights(plain.model)
-    expected = plain.update(samples)
-    widths, trims = [], []
-    prepare = trl_engine.SampleServingGRPOTrainer._prepare_inputs
-
-    def recorded(self, batch):
-        micro = prepare(self, batch)
-        widths.append(self.micro_width)
-        return micro
-
-    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "_prepare_inputs", recorded)
-    monkeypatch.setattr(trl_engine, "TRIM_AFTER_TOKENS", 50)
-    monkeypatch.setattr(trl_engine, "release_unused_memory", lambda: trims.append(widths[-1]))
-    trimmed = make_updater(per_device_train_batch_size=1, gradient_accumulation_steps=12)
-    metrics = trimmed.update(samples)
-    assert sorted(widths, reverse=True)[:4] == [70] * 4 and min(widths) < 50
-    assert trims == [70] * 4  # after the designer rows' micro-steps only
+    expected = plain.step(samples)
+    trims = []
+    monkeypatch.setattr(learner_module, "TRIM_AFTER_TOKENS", 50)
+    monkeypatch.setattr(learner_module, "release_unused_memory", lambda: trims.append(1))
+    trimmed = make_learner(per_device_train_batch_size=1, gradient_accumulation_steps=12)
+    metrics = trimmed.step(samples)
+    assert len(trims) == 4  # after the designer rows' passes only
     assert metrics["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
     assert relative_difference(trimmed.model, plain.model, before) < 1e-4
 
 
-def test_filler_micro_steps_are_counted_but_not_computed(make_updater, monkeypatch):
-    """Micro-batches of filler rows only (no trained token) skip their forward and backward pass: the
-    step, the loss and TRL's micro-step count are those of computing them."""
-    from spade_rl.train import trl_engine
-
-    samples = make_samples(seed=3)  # two groups of 4: 8 real rows of 12, 4 filler rows
-    settings = dict(per_device_train_batch_size=1, gradient_accumulation_steps=12)
-    computed = []
-    compute = trl_engine.SampleServingGRPOTrainer.compute_loss
-
-    def counted(self, model, inputs, *args, **kwargs):
-        computed.append(int((inputs["completion_mask"] * inputs["tool_mask"]).sum()))  # trained tokens
-        return compute(self, model, inputs, *args, **kwargs)
-
-    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "compute_loss", counted)
-    with monkeypatch.context() as every:
-        every.setattr(trl_engine, "_trains_nothing", lambda trainer: False)
-        plain = make_updater(**settings)
-        before = weights(plain.model)
-        expected = plain.update(samples)
-    assert len(computed) == 12 and computed.count(0) == 4
-    computed.clear()
-    skipping = make_updater(**settings)
-    metrics = skipping.update(samples)
-    assert len(computed) == 8 and 0 not in computed
-    assert trl_engine.micro_step_count(skipping.trainer) == trl_engine.micro_step_count(plain.trainer) == 12
+def test_passes_without_a_trained_token_are_not_computed(make_learner, monkeypatch):
+    """A micro-batch whose rows train nothing (episodes the environment ended before the model wrote) is
+    skipped in one process: the step is the one of computing it (its loss and gradient are exactly 0)."""
+    samples = make_samples(seed=3, roles=("designer", "agent", "agent"))
+    silent = [dataclasses.replace(s, completion_mask=(0,) * len(s.completion_mask)) for s in samples[8:]]
+    samples = samples[:8] + silent
+    settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=3)
+    skipping = make_learner(**settings)
+    before = weights(skipping.model)
+    metrics = skipping.step(samples)
+    assert metrics["train/passes"] == 2
+    monkeypatch.setattr(Learner, "_passes", lambda self, micro_batches: micro_batches)
+    computing = make_learner(**settings)
+    expected = computing.step(samples)
+    assert expected["train/passes"] == 3
     assert metrics["train/loss"] == pytest.approx(expected["train/loss"], rel=1e-6)
-    assert metrics["train/grad_norm"] == pytest.approx(expected["train/grad_norm"], rel=1e-5)
-    assert relative_difference(skipping.model, plain.model, before) < 1e-4
-    second = skipping.update(make_samples(seed=4))  # the next update generates and skips alike
-    assert len(computed) == 16 and trl_engine.micro_step_count(skipping.trainer) == 24
-    assert second["train/step"] == 2.0
+    assert metrics["train/grad_norm"] == pytest.approx(expected["train/grad_norm"], rel=1e-6)
+    assert relative_difference(skipping.model, computing.model, before) < 1e-6
 
 
-def test_environment_tokens_skip_the_output_head_without_changing_the_step(make_updater, monkeypatch):
-    """Only trained tokens are scored by the output head: environment tokens (mask 0) are context, their
-    log-probs masked out of the loss, so the step and the metrics are those of scoring every position."""
-    from spade_rl.train import trl_engine
+def test_the_supervised_step_is_the_cross_entropy_of_the_targets(tokenizer):
+    """sft_step: its loss is the mean over rows of each row's mean cross-entropy on its target tokens, as
+    the model's full logits give it; repeated, it learns the rows; with graduated checkpointing the same."""
+    rows = [([5, 6, 7, 8, 9], [10, 11, 12]), ([20, 21], [22, 23, 24, 25, 26, 27])]
+    model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    expected = 0.0
+    for prompt, target in rows:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + target])).logits[0, len(prompt) - 1 : -1]
+        expected += float(torch.nn.functional.cross_entropy(logits.float(), torch.tensor(target))) / 2
+    config = dict(
+        learning_rate=1e-2, group_size=2, per_device_train_batch_size=1, gradient_accumulation_steps=2
+    )
+    learner = Learner(model, tokenizer, TrainConfig(**config, max_grad_norm=0.0))
+    losses = [learner.sft_step(rows) for _ in range(5)]
+    assert losses[0] == pytest.approx(expected, rel=1e-5)
+    assert losses[-1] < losses[0] / 2
+    other, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    graduated = Learner(
+        other, tokenizer, TrainConfig(**config, max_grad_norm=0.0, checkpoint_rows_longer_than=6)
+    )
+    assert [graduated.sft_step(rows, graduated=True) for _ in range(5)] == pytest.approx(losses, rel=1e-5)
+    assert learner_module.checkpointed_layers(30, 640, 448) == 9
+    assert learner_module.checkpointed_layers(30, 448, 448) == 0
 
-    samples = make_samples(seed=5, env_tail=4)  # agent rows alternate model and environment tokens
-    scored = []
-    fused = trl_engine.SampleServingGRPOTrainer._trained_logps_and_entropies
 
-    def counted(self, model, input_ids, attention_mask, mask):
-        logps, entropies = fused(self, model, input_ids, attention_mask, mask)
-        scored.append(int((logps != 0).sum()))
-        return logps, entropies
+def test_full_fine_tuning_of_bf16_weights_is_named_with_the_fix(tokenizer, caplog):
+    model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    model.to(torch.bfloat16)
+    with caplog.at_level("WARNING", logger="spade_rl.train.learner"):
+        Learner(model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2))
+    assert any("load the model in float32" in r.getMessage() for r in caplog.records)
 
-    monkeypatch.setattr(trl_engine.SampleServingGRPOTrainer, "_trained_logps_and_entropies", counted)
-    with monkeypatch.context() as every:
-        every.setattr(trl_engine.SampleServingGRPOTrainer, "score_trained_only", False)
-        plain = make_updater()
-        before = weights(plain.model)
-        expected = plain.update(samples)
-    all_positions = sum(scored)
-    scored.clear()
-    trained = make_updater()
-    metrics = trained.update(samples)
-    trained_tokens = sum(sum(s.completion_mask) for s in samples)
-    assert sum(scored) == trained_tokens < all_positions
-    for key in ("train/loss", "train/grad_norm", "train/entropy", "train/clip_ratio/region_mean"):
-        assert metrics[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
-    assert relative_difference(trained.model, plain.model, before) < 1e-4
+
+def test_a_checkpoint_s_model_folder_loads_as_a_model(make_learner, tmp_path):
+    """checkpoints/iter-N/updater/model is what `spade-rl eval --model` loads: weights and tokenizer."""
+    from spade_rl.policy.models import load_pretrained
+
+    learner = make_learner()
+    learner.step(make_samples())
+    learner.save(tmp_path / "ckpt")
+    model, tokenizer = load_pretrained(str(tmp_path / "ckpt" / "model"), device="cpu", dtype="float32")
+    assert tokenizer.eos_token_id == learner.tokenizer.eos_token_id
+    for (name, a), b in zip(model.state_dict().items(), learner.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_trl_s_own_loss_types_are_refused_with_where_to_find_them():
+    with pytest.raises(ValueError, match=r"'sapo' is one of TRL's own losses.*spade_rl.interop.trl"):
+        TrainConfig(loss_type="sapo")
+    with pytest.raises(ValueError, match=r"is not one of \['grpo', 'dapo', 'dr_grpo', 'bnpo'\]"):
+        TrainConfig(loss_type="ppo")

@@ -1,4 +1,4 @@
-"""The optimiser's state parked on disk between updates (train.offload_optimizer, spade_rl.train.offload):
+"""The optimiser's state parked on disk between steps (train.offload_optimizer, spade_rl.train.offload):
 the same training as without, the memory given up, the file's life, and a file that cannot be read back."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import torch
 from train_helpers import make_samples
 
 from spade_rl.train import TrainConfig
+from spade_rl.train.learner import Learner
 from spade_rl.train.offload import OffloadError, StateOffload
 
 
@@ -16,17 +17,17 @@ def moments(optimizer) -> list[torch.Tensor]:
     return [v for state in inner.state.values() for k, v in state.items() if k.startswith("exp_avg")]
 
 
-def test_parking_between_updates_trains_exactly_as_keeping_the_state(make_updater, tmp_path):
-    parked, kept = make_updater(offload_optimizer=True), make_updater()
+def test_parking_between_updates_trains_exactly_as_keeping_the_state(make_learner, tmp_path):
+    parked, kept = make_learner(offload_optimizer=True), make_learner()
     file = tmp_path / "optimizer-state.bin"
     assert parked.park_optimizer_state(file) == 0 and not file.exists()  # no state before the first step
     for seed in (1, 2, 3):
-        one, two = parked.update(make_samples(seed=seed)), kept.update(make_samples(seed=seed))
+        one, two = parked.step(make_samples(seed=seed)), kept.step(make_samples(seed=seed))
         assert one["train/loss"] == two["train/loss"] and one["train/grad_norm"] == two["train/grad_norm"]
         assert not file.exists()  # read back by the update, and removed
-        size = sum(m.numel() * m.element_size() for m in moments(kept.trainer.optimizer))
+        size = sum(m.numel() * m.element_size() for m in moments(kept.optimizer))
         assert parked.park_optimizer_state(file) == size == file.stat().st_size
-        assert moments(parked.trainer.optimizer) == []  # dropped from memory
+        assert moments(parked.optimizer) == []  # dropped from memory
         assert parked.park_optimizer_state(file) == 0  # already parked: nothing written again
     for a, b in zip(parked.model.parameters(), kept.model.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -34,28 +35,28 @@ def test_parking_between_updates_trains_exactly_as_keeping_the_state(make_update
     assert not file.exists()
 
 
-def test_off_parks_nothing(make_updater, tmp_path):
-    updater = make_updater()
-    updater.update(make_samples(seed=1))
-    assert updater.park_optimizer_state(tmp_path / "state.bin") == 0
-    assert not (tmp_path / "state.bin").exists() and moments(updater.trainer.optimizer)
+def test_off_parks_nothing(make_learner, tmp_path):
+    learner = make_learner()
+    learner.step(make_samples(seed=1))
+    assert learner.park_optimizer_state(tmp_path / "state.bin") == 0
+    assert not (tmp_path / "state.bin").exists() and moments(learner.optimizer)
     with pytest.raises(ValueError, match="offload_optimizer must be True or False"):
         TrainConfig(offload_optimizer="yes")
 
 
-def test_a_checkpoint_of_a_parked_state_holds_all_of_it(make_updater, tmp_path):
-    first = make_updater(offload_optimizer=True)
-    first.update(make_samples(seed=1))
+def test_a_checkpoint_of_a_parked_state_holds_all_of_it(make_learner, tmp_path):
+    first = make_learner(offload_optimizer=True)
+    first.step(make_samples(seed=1))
     first.park_optimizer_state(tmp_path / "parked.bin")
     first.save(tmp_path / "ckpt")  # reads the state back first
-    assert not (tmp_path / "parked.bin").exists() and moments(first.trainer.optimizer)
-    expected = first.update(make_samples(seed=2))
-    resumed = make_updater(offload_optimizer=True)
-    resumed.update(make_samples(seed=9))
+    assert not (tmp_path / "parked.bin").exists() and moments(first.optimizer)
+    expected = first.step(make_samples(seed=2))
+    resumed = make_learner(offload_optimizer=True)
+    resumed.step(make_samples(seed=9))
     resumed.park_optimizer_state(tmp_path / "other.bin")
     resumed.load(tmp_path / "ckpt")  # what was parked is replaced by the checkpoint's state
     assert not (tmp_path / "other.bin").exists()
-    got = resumed.update(make_samples(seed=2))
+    got = resumed.step(make_samples(seed=2))
     assert got["train/loss"] == expected["train/loss"]
     for a, b in zip(first.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -100,17 +101,16 @@ def test_a_write_that_fails_leaves_the_state_in_memory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_each_process_parks_its_own_file(make_updater, tmp_path, monkeypatch):
+def test_each_process_parks_its_own_file(make_learner, tmp_path, monkeypatch):
     """Under accelerate launch every process holds its share of the state: one file each, never shared."""
-    updater = make_updater(offload_optimizer=True)
-    updater.update(make_samples(seed=1))
-    accelerator = type(updater.trainer.accelerator)
-    monkeypatch.setattr(accelerator, "num_processes", property(lambda self: 2))
-    monkeypatch.setattr(accelerator, "process_index", property(lambda self: 1))
+    learner = make_learner(offload_optimizer=True)
+    learner.step(make_samples(seed=1))
+    monkeypatch.setattr(Learner, "processes", property(lambda self: 2))
+    monkeypatch.setattr(Learner, "process_index", property(lambda self: 1))
     run = tmp_path / "run"
     run.mkdir()
-    assert updater.park_optimizer_state(run / "optimizer-state.bin") > 0
+    assert learner.park_optimizer_state(run / "optimizer-state.bin") > 0
     assert [p.name for p in run.iterdir()] == ["optimizer-state.rank1.bin"]
     monkeypatch.undo()  # one process again for the update: its capacity counts the processes
-    updater.update(make_samples(seed=2))
+    learner.step(make_samples(seed=2))
     assert list(run.iterdir()) == []

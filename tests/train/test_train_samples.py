@@ -1,16 +1,17 @@
 """Samples of the GRPO update (spade_rl.train.samples): from episodes and generations, validation, and the
-batch layout (one group per block of group_size rows, filler rows)."""
+padded batch of the learner (spade_rl.train.samples)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from train_helpers import G, make_samples
+from train_helpers import make_samples
 
 from spade_rl.policy import Generation
 from spade_rl.rollout import Episode, EpisodeSpec
-from spade_rl.train import Sample, assemble_batch, sample_from_episode, sample_from_generation
+from spade_rl.train import Sample, sample_from_episode, sample_from_generation
+from spade_rl.train.samples import pad_samples, split_groups
 
 
 def test_sample_from_episode_splits_at_the_prompt_length():
@@ -44,8 +45,8 @@ def test_truncation_keeps_the_first_tokens():
     cut = sample.truncated(2)
     assert (cut.completion_ids, cut.completion_mask, cut.logprobs) == ((2, 3), (1, 0), (-1.0, 0.0))
     assert sample.truncated(4) is sample
-    batch = assemble_batch([sample, sample], 2, 2, filler_token_id=0, max_completion_length=3)
-    assert batch.completion_ids == [[2, 3, 4], [2, 3, 4]] and batch.truncated == 2
+    batch = pad_samples([sample, sample], pad_id=0, max_completion_length=3)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4], [1, 2, 3, 4]] and batch.truncated == 2
 
 
 @pytest.mark.parametrize(
@@ -69,49 +70,39 @@ def test_sample_validation(change, message):
         Sample(advantage=fields.pop("advantage", 0.0), group=0, **fields)
 
 
-def test_batch_puts_one_group_per_block_and_fills_the_rest():
-    samples = make_samples(group_size=3)  # 3 designer + 3 agent samples, G = 4
-    batch = assemble_batch(samples, group_size=G, rows=12, filler_token_id=0)
-    assert len(batch) == 12
-    assert batch.roles == ["designer"] * 4 + ["agent"] * 8
-    assert batch.filler == [False] * 3 + [True] + [False] * 3 + [True] * 5
-    assert [batch.advantages[i] for i in (3, 7, 8, 11)] == [0.0] * 4
-    assert all(batch.completion_mask[i] == [0] for i in (3, 7, 8, 11))  # fillers train nothing
-    for block in range(3):  # every block's mean is 0, so TRL's centring changes nothing
-        assert abs(sum(batch.advantages[block * G : block * G + G])) < 1e-9
+def test_the_batch_is_prompt_then_completion_right_padded_with_the_trained_tokens_marked():
+    """pad_samples: one row per sample (no filler), column t describes token t: trained where the model
+    wrote it (never prompt, environment or padding), the sampler's log-prob there, 0 elsewhere."""
+    a = Sample("agent", [1, 2], [3, 4, 5], [1, 0, 1], [-0.5, 0.0, -1.5], 0.7, 0)
+    b = Sample("designer", [6], [7], [1], [-2.0], -0.2, 1)
+    empty = Sample("agent", [8, 9], [], [], [], 0.0, 2)
+    batch = pad_samples([a, b, empty], pad_id=99)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 99, 99, 99], [8, 9, 99, 99, 99]]
+    assert batch.attention_mask.tolist() == [[1] * 5, [1, 1, 0, 0, 0], [1, 1, 0, 0, 0]]
+    assert batch.trained.tolist() == [[0, 0, 1, 0, 1], [0, 1, 0, 0, 0], [0] * 5]
+    assert batch.sampling_logps.tolist() == [[0, 0, -0.5, 0, -1.5], [0, -2.0, 0, 0, 0], [0] * 5]
+    assert batch.advantages.tolist() == pytest.approx([0.7, -0.2, 0.0]) and batch.roles == (
+        "agent",
+        "designer",
+        "agent",
+    )
     counts = batch.counts()
-    assert counts["designer/samples"] == 3 and counts["agent/samples"] == 3 and counts["filler_rows"] == 6
+    assert (
+        counts["agent/samples"] == 2 and counts["agent/model_tokens"] == 2 and counts["designer/samples"] == 1
+    )
 
 
-def test_empty_completion_becomes_one_untrained_token():
-    sample = Sample("agent", [1, 2], [], [], [], 0.0, 0)
-    batch = assemble_batch([sample, sample], 2, 2, filler_token_id=9)
-    assert batch.completion_ids == [[9], [9]] and batch.completion_mask == [[0], [0]]
-    assert batch.no_logprobs == 0
-
-
-def test_samples_without_logprobs_are_counted():
-    with_lp = Sample("agent", [1], [2, 3], [1, 0], [-0.5, 0.0], 0.0, 0)
-    without = Sample("agent", [1], [2, 3], [1, 0], [0.0, 0.0], 0.0, 0)
-    assert assemble_batch([with_lp, without], 2, 2, filler_token_id=0).counts()["no_logprobs"] == 1
-
-
-@pytest.mark.parametrize(
-    ("samples", "message"),
-    [
-        (make_samples(roles=("agent", "agent", "designer")), "more than the 8 rows"),
-        (make_samples(group_size=5, roles=("agent",)), "more than group_size=4"),
-        (make_samples(roles=("agent",))[:2] + make_samples(roles=("designer",))[2:], "mixes roles"),
-        (make_samples(roles=("agent",), scale={"agent": 1.0})[:3], "not 0"),
-    ],
-)
-def test_batch_errors_say_what_is_wrong(samples, message):
-    with pytest.raises(ValueError, match=message):
-        assemble_batch(samples, group_size=G, rows=8, filler_token_id=0)
+def test_micro_batches_are_length_sorted_and_cut_to_their_widest_row():
+    rows = [Sample("agent", [1] * n, [2], [1], [-1.0], 0.0, i) for i, n in enumerate((2, 6, 3, 6, 1))]
+    parts = pad_samples(rows, pad_id=0).micro_batches(2)
+    assert [p.lengths.tolist() for p in parts] == [[7, 7], [4, 3], [2]]
+    assert [p.input_ids.shape[1] for p in parts] == [7, 4, 2]
+    with pytest.raises(ValueError, match="at least 1"):
+        pad_samples(rows, pad_id=0).micro_batches(0)
 
 
 def test_a_group_split_in_two_places_is_an_error():
     a, b = make_samples(roles=("agent",), seed=1), make_samples(roles=("designer",), seed=2)
     b = [dataclasses.replace(s, group=1) for s in b]
     with pytest.raises(ValueError, match="consecutive"):
-        assemble_batch(a[:2] + b + a[2:], group_size=G, rows=16, filler_token_id=0)
+        split_groups(a[:2] + b + a[2:])

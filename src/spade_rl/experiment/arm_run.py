@@ -49,7 +49,7 @@ def run_paths(
 
 
 def run_arm(experiment: Experiment, arm: Arm, seed: int, folder: Path, say: Progress) -> RunRecord:
-    from spade_rl.loop.run import SelfPlay  # torch and trl load here
+    from spade_rl.loop.run import SelfPlay  # torch loads here
 
     config, run_dir, start_path, done_path, end_path = run_paths(experiment, arm, seed, folder)
     label = f"arm {arm.name}, seed {seed}"

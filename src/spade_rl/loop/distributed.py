@@ -5,23 +5,23 @@
 **Design.** Only the main process (rank 0) designs, validates, plays, rewards and archives: one archive file,
 one sandbox pool (or Ray executor), one stream of random choices, exactly as in a single-process run; it
 generates with its policy (in process on its GPU, or on vLLM servers). The other processes (followers,
-:func:`run_follower`) hold nothing but the trainer: their own copy of ``policy.model`` on their own device,
-wrapped by TRL / accelerate like the main one. At every update the main process cuts the samples into one
-share per process, whole GRPO groups dealt round-robin (:func:`split_for_processes`; a process with no group
-gets one filler row, which trains nothing), and every process makes the same optimiser step on its share:
-DDP averages the gradients, FSDP / DeepSpeed ZeRO shard what they shard. TRL's ``GRPOTrainer`` already works
-this way (each process's ``rollout_func`` returns its own rows, rewards are gathered to centre groups), so
-a group must not straddle two processes, which the round-robin of whole groups guarantees.
+:func:`run_follower`) hold nothing but a learner: their own copy of ``policy.model`` on their own device,
+wrapped by accelerate like the main one. At every step the main process cuts the samples into one share per
+process, whole GRPO groups dealt round-robin (:func:`split_for_processes`; a process may get none), and
+every process makes the same optimiser step on its share: the learner sums the loss's normalisers over the
+processes, DDP averages the gradients, FSDP2 shards what it shards (:mod:`spade_rl.train.learner`).
+DeepSpeed is refused: its engine steps the optimiser on its own count of passes, which a step of any
+number of rows does not keep.
 
 Commands (update, save, load, close) and the shares travel from the main process over a gloo group of their
 own with a week-long timeout (:class:`CommandChannel`): the followers wait there while the main process
 plays, which can outlast NCCL's default watchdog of ten minutes. A checkpoint is written by every process
-(the model by the main one; RNG states per process; FSDP / ZeRO states as they shard them), so on several
+(the model by the main one; optimiser and RNG states per process), so on several
 machines the run directory must be on a shared file system. A follower that fails, or a main process that
 dies, ends the whole launch (torchrun stops the others).
 
-**What each strategy allows.** DDP and ZeRO-2 keep whole weights on every process: the main one can
-generate in process (``backend = "transformers"``). FSDP and ZeRO-3 shard the weights, so that a forward
+**What each strategy allows.** DDP keeps whole weights on every process: the main one can
+generate in process (``backend = "transformers"``). FSDP shards the weights, so that a forward
 pass is a collective every process must join; generation then has to happen on vLLM servers
 (``backend = "servers"`` with ``weight_sync = "nccl"`` or ``"disk"``), and each weight push gathers the
 tensors on every process (:func:`spade_rl.loop.updating.trainer_weights`). :meth:`Processes.check` refuses
@@ -41,13 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spade_rl.loop.config import ConfigError, RunConfig
+from spade_rl.train.base import BaseLearner
 
 if TYPE_CHECKING:
     from spade_rl.train import Sample
 
 log = logging.getLogger(__name__)
 
-SHARDINGS = ("none", "fsdp", "zero3")
+SHARDINGS = ("none", "fsdp")
 _TRUE = ("1", "true", "yes")
 
 
@@ -59,17 +60,15 @@ class Processes:
     rank: int = 0
     local_rank: int = 0
     cpu: bool = False
-    sharding: str = "none"  # "fsdp" (FSDP), "zero3" (DeepSpeed ZeRO-3): the weights are sharded
+    sharding: str = "none"  # "fsdp" (FSDP): the weights are sharded
+    deepspeed: bool = False  # launched with DeepSpeed (refused by check)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Processes:
         env = os.environ if environ is None else environ
-        sharding = "none"
-        if env.get("ACCELERATE_USE_FSDP", "").lower() in _TRUE:
-            sharding = "fsdp"
-        elif env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in _TRUE:
-            sharding = "zero3" if env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3" else "none"
+        sharding = "fsdp" if env.get("ACCELERATE_USE_FSDP", "").lower() in _TRUE else "none"
         return cls(
+            deepspeed=env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in _TRUE,
             world_size=int(env.get("WORLD_SIZE", "1")),
             rank=int(env.get("RANK", "0")),
             local_rank=int(env.get("LOCAL_RANK", "0")),
@@ -101,6 +100,12 @@ class Processes:
     def check(self, config: RunConfig) -> None:
         """Refuse what cannot work with this many processes and this sharding (see the module docstring)."""
         config.check_launch(self.world_size)
+        if self.deepspeed:
+            raise ConfigError(
+                "DeepSpeed launches are not supported: its engine steps the optimiser on its own count of "
+                "passes, and a learner's step makes as many passes as its rows need. Shard with FSDP2 "
+                "(configs/accelerate/fsdp.yaml) or replicate with DDP (configs/accelerate/ddp.yaml)"
+            )
         if not self.distributed:
             return
         backend = config.policy.backend
@@ -111,10 +116,15 @@ class Processes:
             )
         if self.sharding != "none" and backend != "servers":
             raise ConfigError(
-                f"{'FSDP' if self.sharding == 'fsdp' else 'DeepSpeed ZeRO-3'} shards the weights over the "
-                f"processes, so the main process cannot generate with them in process (policy.backend = "
-                f"{backend!r}): generate on vLLM servers (policy.backend = 'servers' with weight_sync 'nccl' "
-                "or 'disk'), or use DDP or ZeRO-2 (configs/accelerate/ddp.yaml, zero2.yaml)"
+                "FSDP shards the weights over the processes, so the main process cannot generate with "
+                f"them in process (policy.backend = {backend!r}): generate on vLLM servers "
+                "(policy.backend = 'servers' with weight_sync 'nccl' or 'disk'), or use DDP "
+                "(configs/accelerate/ddp.yaml)"
+            )
+        if self.sharding == "fsdp" and config.train.offload_optimizer:
+            raise ConfigError(
+                "train.offload_optimizer parks whole optimiser tensors in a file, and FSDP shards them "
+                "(DTensors): set train.offload_optimizer = false under FSDP"
             )
         if backend not in ("transformers", "servers"):
             raise ConfigError(f"policy.backend {backend!r} cannot train; use 'transformers' or 'servers'")
@@ -126,20 +136,18 @@ def is_follower(environ: Mapping[str, str] | None = None) -> bool:
     return processes.distributed and not processes.main
 
 
-def split_for_processes(
-    samples: Sequence[Sample], processes: int, filler_token_id: int
-) -> list[list[Sample]]:
+def split_for_processes(samples: Sequence[Sample], processes: int) -> list[list[Sample]]:
     """One share of ``samples`` per process: whole groups, dealt round-robin in order (group k to process
-    k mod n). A process left without a group gets a single filler row (advantage 0, masked), so that every
-    process takes the same optimiser step."""
-    from spade_rl.train.samples import filler_sample, split_groups
+    k mod n). A process may get none: it still takes part in the step (the learner's passes of one masked
+    token), so that every process takes the same optimiser step."""
+    from spade_rl.train.samples import split_groups
 
     if processes < 1:
         raise ValueError(f"cannot split samples over {processes} processes")
     shares: list[list[Sample]] = [[] for _ in range(processes)]
     for k, group in enumerate(split_groups(samples)):
         shares[k % processes].extend(group)
-    return [share or [filler_sample("agent", filler_token_id)] for share in shares]
+    return shares
 
 
 class CommandChannel:
@@ -174,26 +182,23 @@ class CommandChannel:
         self._dist.barrier(group=self.group)
 
 
-class DistributedUpdater:
-    """The main process's updater in a distributed run: every call is mirrored by every follower."""
+class DistributedLearner(BaseLearner):
+    """The main process's learner in a distributed run: every call is mirrored by every follower."""
 
-    def __init__(self, updater: Any, processes: Processes, channel: CommandChannel) -> None:
-        self.updater = updater
+    def __init__(self, learner: BaseLearner, processes: Processes, channel: CommandChannel) -> None:
+        self.learner = learner
         self.processes = processes
         self.channel = channel
-        self.inference_only = False
-        base = getattr(updater, "updater", updater)  # a SyncingUpdater wraps the GRPOUpdater
-        self.filler_token_id = base.filler_token_id
 
     @property
-    def step(self) -> int:
-        return self.updater.step
+    def steps(self) -> int:
+        return self.learner.steps
 
-    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
-        shares = split_for_processes(samples, self.processes.world_size, self.filler_token_id)
-        self.channel.send("update")
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        shares = split_for_processes(samples, self.processes.world_size)
+        self.channel.send("step")
         mine = self.channel.scatter(shares)
-        metrics = self.updater.update(mine)
+        metrics = self.learner.step(mine)
         metrics["train/processes"] = float(self.processes.world_size)
         metrics["train/groups_per_process_max"] = float(max(_groups(share) for share in shares))
         return metrics
@@ -201,69 +206,69 @@ class DistributedUpdater:
     def park_optimizer_state(self, path: str | Path) -> int:
         """Every process parks its own share of the optimiser's state (a file of its own beside ``path``)."""
         self.channel.send("park", str(path))
-        return self.updater.park_optimizer_state(path)
+        return self.learner.park_optimizer_state(path)
 
     def save(self, directory: str | Path) -> Path:
         self.channel.send("save", str(directory))
-        path = self.updater.save(directory)
+        path = self.learner.save(directory)
         self.channel.barrier()  # every process has written its part before the checkpoint is published
         return path
 
     def load(self, directory: str | Path) -> None:
         self.channel.send("load", str(directory))
-        self.updater.load(directory)
+        self.learner.load(directory)
 
     def close(self) -> None:
         self.channel.send("close")
-        self.updater.close()
+        self.learner.close()
 
 
 def _groups(share: Sequence[Sample]) -> int:
     return len({s.group for s in share if s.group >= 0})
 
 
-def wrap_for_processes(updater: Any, processes: Processes, config: RunConfig) -> Any:
-    """``updater`` as is in a single process; in the main process of a distributed run, mirrored by the
+def wrap_for_processes(learner: BaseLearner, processes: Processes, config: RunConfig) -> BaseLearner:
+    """``learner`` as is in a single process; in the main process of a distributed run, mirrored by the
     followers (which must reach :func:`follow` with the same construction)."""
     if not processes.distributed:
-        return updater
+        return learner
     log.info(
         "distributed run: %d processes, this is the main one; sharding %s",
         processes.world_size,
         processes.sharding,
     )
-    return DistributedUpdater(updater, processes, CommandChannel(processes))
+    return DistributedLearner(learner, processes, CommandChannel(processes))
 
 
-def follower_updater(config: RunConfig, processes: Processes) -> Any:
+def follower_learner(config: RunConfig, processes: Processes) -> BaseLearner:
     """What a follower trains: its own copy of ``policy.model``, built in the order the main process builds
-    its updater (the collectives of construction must match)."""
-    from spade_rl.loop.updating import SyncingUpdater, load_trainer_model
-    from spade_rl.train import GRPOUpdater
+    its learner (the collectives of construction must match)."""
+    from spade_rl.loop.updating import SyncingLearner, load_trainer_model
+    from spade_rl.train.learner import Learner
 
     processes.check(config)
     model, tokenizer = load_trainer_model(config, processes.device(config))
-    updater: Any = GRPOUpdater(model, tokenizer, config.update_config)
+    learner: BaseLearner = Learner(model, tokenizer, config.update_config)
     if config.policy.backend == "servers":
-        updater = SyncingUpdater(updater, None, gather_only=processes.sharding != "none")
-    return updater
+        learner = SyncingLearner(learner, None, gather_only=processes.sharding != "none")
+    return learner
 
 
-def follow(updater: Any, channel: CommandChannel) -> None:
+def follow(learner: BaseLearner, channel: CommandChannel) -> None:
     """Do what the main process asks until it closes the run."""
     while True:
         command, argument = channel.receive()
-        if command == "update":
-            updater.update(channel.scatter())
+        if command == "step":
+            learner.step(channel.scatter())
         elif command == "save":
-            updater.save(argument)
+            learner.save(argument)
             channel.barrier()
         elif command == "load":
-            updater.load(argument)
+            learner.load(argument)
         elif command == "park":
-            updater.park_optimizer_state(argument)
+            learner.park_optimizer_state(argument)
         elif command == "close":
-            updater.close()
+            learner.close()
             return
         else:
             raise RuntimeError(f"unknown command {command!r} from the main process")
@@ -283,5 +288,5 @@ def run_follower(config: RunConfig) -> None:
     """The whole life of a follower process of ``spade-rl run`` under ``accelerate launch``."""
     processes = Processes.from_env()
     log.info("follower %d of %d: training only", processes.rank, processes.world_size)
-    updater = follower_updater(config, processes)
-    follow(updater, CommandChannel(processes))
+    learner = follower_learner(config, processes)
+    follow(learner, CommandChannel(processes))

@@ -99,9 +99,9 @@ class SelfPlay:
         self.designer_policy = self._make_designer(designer_policy)
         self._eval_sandbox_owned: Sandbox | None = None
         # In process, through vLLM servers kept in step, or not at all (inference-only): loop/updating.py.
-        from spade_rl.loop.updating import make_updater  # torch and trl load here
+        from spade_rl.loop.updating import make_learner  # torch loads here
 
-        self.updater = make_updater(config, self.policy)
+        self.learner = make_learner(config, self.policy)
         # Where environments are validated and played: here, or on Ray actors ([executor]).
         # (Workers preload the packages of the pool's GEM / TextArena games: spade_rl.envs.external.)
         self.executor = make_executor(
@@ -129,7 +129,7 @@ class SelfPlay:
         if self._eval_sandbox_owned is not None:
             self._eval_sandbox_owned.close()
         self.archive.close()
-        self.updater.close()
+        self.learner.close()
 
     def iterations(self) -> Iterator[dict]:
         """Run the remaining iterations, yielding each one's metrics after it is recorded."""
@@ -198,7 +198,7 @@ class SelfPlay:
         """train.offload_optimizer: the optimiser's state to the run directory until the next update
         (or checkpoint) reads it back."""
         if self.config.train.offload_optimizer:
-            self.updater.park_optimizer_state(self.files.parked_optimizer_path)
+            self.learner.park_optimizer_state(self.files.parked_optimizer_path)
 
     def _choose_envs(self, designs: list[Design], rng: random.Random, held: list[int] = ()) -> list[int]:
         """New valid designs first, then those ``held`` for a delayed reward in their window (the reference
@@ -327,7 +327,7 @@ class SelfPlay:
             # and emptied now they leave their memory (up to 1.4 GiB on the CPU default) to it.
             clear()
         release_unused_memory()  # what play freed goes back before the update allocates its own
-        per_step = [self.updater.update(step) for step in steps]
+        per_step = [self.learner.step(step) for step in steps]
         release_unused_memory()
         return UpdateResult(combine_step_metrics(per_step))
 
@@ -396,12 +396,12 @@ class SelfPlay:
         self.next_iteration = i + 1
 
     def _save_state(self, path: Path) -> None:
-        """A checkpoint's contents: the updater in ``path`` and, beside it, the held designer rewards."""
-        self.updater.save(path)
+        """A checkpoint's contents: the learner in ``path`` and, beside it, the held designer rewards."""
+        self.learner.save(path)
         self.designer_rewards.save(path.parent / STATE_FILE)
 
     def _load_state(self, path: Path) -> None:
-        self.updater.load(path)
+        self.learner.load(path)
         self.designer_rewards.restore(path.parent / STATE_FILE)
 
     def _restore(self) -> None:
@@ -417,7 +417,7 @@ class SelfPlay:
 
 
 # Per-step counts that add up over an iteration's steps (combine_step_metrics); the rest are averaged.
-_SUMMED_METRICS = ("time/train_s", "train/filler_rows", "train/no_logprobs", "train/truncated_samples")
+_SUMMED_METRICS = ("time/train_s", "train/passes", "train/no_logprobs", "train/truncated_samples")
 
 
 def plan_steps(samples: list, groups_per_step: int, epochs: int, rng: random.Random) -> list[list]:

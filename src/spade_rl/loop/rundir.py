@@ -3,8 +3,8 @@
     rundir = RunDirectory.create(path, config)       # a new run (refused where a run already is)
     rundir = RunDirectory.open(path)                 # resume: the last checkpoint decides
     rundir.append_metrics(metrics)                   # one line per iteration, fsync'd
-    rundir.checkpoint(i, updater.save)               # checkpoints/iter-NNNN/, whole or not at all
-    done = rundir.restore(updater.load)              # after a crash: iteration done, later lines dropped
+    rundir.checkpoint(i, learner.save)               # checkpoints/iter-NNNN/, whole or not at all
+    done = rundir.restore(learner.load)              # after a crash: iteration done, later lines dropped
 
 Files: ``config.json`` (the resolved configuration), ``warmup.json`` (the designer's warm-up, when there
 is one), ``archive.sqlite`` (the archive: :mod:`spade_rl.archive`), ``metrics.jsonl`` (one line per
@@ -117,14 +117,14 @@ class RunDirectory:
                 }
                 out.write(json.dumps(line) + "\n")
 
-    def checkpoint(self, iteration: int, save_updater: Callable[[Path], Any]) -> None:
+    def checkpoint(self, iteration: int, save_learner: Callable[[Path], Any]) -> None:
         """``checkpoints/iter-NNNN``, written into a temporary folder and renamed (whole or not at all);
         the last ``KEEP_CHECKPOINTS`` are kept."""
         final = self.checkpoint_path(iteration)
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        save_updater(tmp / "updater")
+        save_learner(tmp / "updater")
         (tmp / "state.json").write_text(json.dumps({"iteration": iteration, "time": time.time()}))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -135,16 +135,16 @@ class RunDirectory:
         return self.checkpoint_path(iteration).exists()
 
     # --- resuming ------------------------------------------------------------------------------------
-    def restore(self, load_updater: Callable[[Path], Any]) -> int:
-        """The last iteration of the latest checkpoint (0: none), its updater state loaded with
-        ``load_updater``; metrics and transcript lines and evaluations of later iterations are removed
+    def restore(self, load_learner: Callable[[Path], Any]) -> int:
+        """The last iteration of the latest checkpoint (0: none), its learner state loaded with
+        ``load_learner``; metrics and transcript lines and evaluations of later iterations are removed
         (the archive's own records are the caller's: ``Archive.discard_after``)."""
         done = 0
         checkpoints = self._checkpoints()
         if checkpoints:
             latest = checkpoints[-1]
             done = json.loads((latest / "state.json").read_text())["iteration"]
-            load_updater(latest / "updater")
+            load_learner(latest / "updater")
         for path in (self.metrics_path, self.transcripts_path):
             if path.exists():
                 lines = [line for line in path.read_text().splitlines() if line.strip()]

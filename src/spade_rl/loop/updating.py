@@ -1,20 +1,20 @@
 """How the loop's policy gets updated, wherever it generates: in process, on vLLM servers, or not at all.
 
-    updater = make_updater(config, policy)       # what SelfPlay calls; then update / save / load / close
-    metrics = updater.update(samples)
+    learner = make_learner(config, policy)       # what SelfPlay calls; then step / save / load / close
+    metrics = learner.step(samples)
 
-Which updater (:func:`make_updater`), by ``[policy]`` backend:
+Which learner (:func:`make_learner`), by ``[policy]`` backend:
 
-- ``transformers`` (or any policy holding its model in process): ``GRPOUpdater`` trains that very model, so
-  the next generation uses the new weights with no copy at all;
+- ``transformers`` (or any policy holding its model in process): :class:`~spade_rl.train.learner.Learner`
+  trains that very model, so the next generation uses the new weights with no copy at all;
 - ``servers`` with ``servers.weight_sync = "nccl"`` or ``"disk"``: the trainer loads its own copy of
   ``policy.model`` (the servers must serve the same one) with the ``[policy.transformers]`` device and dtype,
-  and :class:`SyncingUpdater` pushes its weights to every server once at start (or after a checkpoint is
+  and :class:`SyncingLearner` pushes its weights to every server once at start (or after a checkpoint is
   loaded), and after every optimiser step (``sync/...`` and ``time/sync_s`` metrics), through
   :mod:`spade_rl.policy.weight_sync`. Before anything runs, every server is checked: development mode, a
   weight-transfer engine for ``nccl``, and, with ``train.old_logprobs = "sampling"``, log-probs of the
   tempered distribution (``--logprobs-mode processed_logprobs``);
-- ``servers`` with ``weight_sync = "none"``: :class:`InferenceOnlyUpdater`. The run designs, validates,
+- ``servers`` with ``weight_sync = "none"``: :class:`InferenceOnlyLearner`. The run designs, validates,
   plays, rewards and archives, but never updates anything (the servers' weights cannot follow an update,
   so training a local copy would only drift from what generates). It says so in a warning at start, in
   every update's metrics (``train/inference_only = 1``, ``train/skipped = 1``) and in ``config.json``
@@ -24,10 +24,10 @@ Which updater (:func:`make_updater`), by ``[policy]`` backend:
 - ``openai`` and ``vllm``: refused, with what to use instead (an OpenAI chat endpoint cannot continue a
   token sequence, which the multi-turn rollouts need; the in-process vLLM engine has no weight sync here).
 
-Under ``accelerate launch`` with several processes, :mod:`spade_rl.loop.distributed` wraps the updater so
-that every process trains its share of each update. The weights a sync sends come from
-:func:`trainer_weights`, which gathers them one tensor at a time when DeepSpeed ZeRO-3 or FSDP2 shards them
-(every process then takes part; only the main one sends), the way TRL 1.16's ``VLLMGeneration`` does.
+Under ``accelerate launch`` with several processes, :mod:`spade_rl.loop.distributed` wraps the learner so
+that every process trains its share of each step. The weights a sync sends come from
+:func:`trainer_weights`, which gathers them one tensor at a time when FSDP2 shards them (every process then
+takes part; only the main one sends).
 """
 
 from __future__ import annotations
@@ -42,26 +42,27 @@ from typing import TYPE_CHECKING, Any
 from spade_rl.loop.config import ConfigError, RunConfig
 from spade_rl.policy import Policy, PolicyError
 from spade_rl.policy.weight_sync import TensorSpec, WeightSync, make_weight_sync
+from spade_rl.train.base import BaseLearner
 
 if TYPE_CHECKING:
-    from spade_rl.train import GRPOUpdater, Sample
+    from spade_rl.train import Learner, Sample
 
 log = logging.getLogger(__name__)
 
 _INFERENCE_ONLY_FILE = "inference_only.json"
 
 
-class InferenceOnlyUpdater:
-    """An updater that never updates: the run generates with weights that cannot follow a training step."""
+class InferenceOnlyLearner(BaseLearner):
+    """A learner that never steps: the run generates with weights that cannot follow a training step."""
 
     inference_only = True
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        self.step = 0
+        self.steps = 0
         log.warning("INFERENCE-ONLY RUN: %s; no update will be made (train/inference_only = 1)", reason)
 
-    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         log.info("inference-only: %d samples not trained on", len(samples))
         return {"train/skipped": 1.0, "train/inference_only": 1.0}
 
@@ -78,42 +79,27 @@ class InferenceOnlyUpdater:
                 "(set policy.servers.weight_sync back to what the run was started with)"
             )
 
-    def park_optimizer_state(self, path: str | Path) -> int:
-        return 0  # no optimiser
 
-    def close(self) -> None:
-        pass
-
-
-class SyncingUpdater:
-    """A ``GRPOUpdater`` whose weights go to vLLM servers at start, after ``load`` and after every step.
+class SyncingLearner(BaseLearner):
+    """A :class:`~spade_rl.train.learner.Learner` whose weights go to vLLM servers at start, after ``load``
+    and after every step.
 
     ``sync`` is ``None`` on the non-main processes of a distributed run: they only take part in gathering
     sharded weights (``gather_only``), the main process sends them."""
 
-    inference_only = False
-
-    def __init__(self, updater: GRPOUpdater, sync: WeightSync | None, *, gather_only: bool = False) -> None:
-        self.updater = updater
+    def __init__(self, learner: Learner, sync: WeightSync | None, *, gather_only: bool = False) -> None:
+        self.learner = learner
         self.sync = sync
         self.gather_only = gather_only
         self.last_push: dict[str, float] = {}
         self.push()
 
     @property
-    def step(self) -> int:
-        return self.updater.step
+    def steps(self) -> int:
+        return self.learner.steps
 
-    @property
-    def trainer(self) -> Any:
-        return self.updater.trainer
-
-    @property
-    def filler_token_id(self) -> int:
-        return self.updater.filler_token_id
-
-    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
-        metrics = self.updater.update(samples)
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        metrics = self.learner.step(samples)
         metrics.update(self.push())
         return metrics
 
@@ -121,66 +107,67 @@ class SyncingUpdater:
         """Send the current weights as version ``step-N`` (or gather them for the main process)."""
         if self.sync is None and not self.gather_only:
             return {}
-        with trainer_weights(self.updater) as (specs, tensors):
+        with trainer_weights(self.learner) as (specs, tensors):
             if self.sync is None:
                 for _ in tensors:  # take part in the gather collectives; the main process sends
                     pass
                 return {}
-            self.last_push = self.sync.push(specs, tensors, version=f"step-{self.step}")
+            self.last_push = self.sync.push(specs, tensors, version=f"step-{self.steps}")
         return self.last_push
 
     def save(self, directory: str | Path) -> Path:
-        return self.updater.save(directory)
+        return self.learner.save(directory)
 
     def park_optimizer_state(self, path: str | Path) -> int:
-        return self.updater.park_optimizer_state(path)
+        return self.learner.park_optimizer_state(path)
 
     def load(self, directory: str | Path) -> None:
-        self.updater.load(directory)
+        self.learner.load(directory)
         self.push()  # the servers still hold the weights of before the checkpoint
 
     def close(self) -> None:
         try:
-            self.updater.close()
+            self.learner.close()
         finally:
             if self.sync is not None:
                 self.sync.close()
 
 
 @contextlib.contextmanager
-def trainer_weights(updater: GRPOUpdater) -> Iterator[tuple[list[TensorSpec], Iterator[tuple[str, Any]]]]:
+def trainer_weights(learner: Learner) -> Iterator[tuple[list[TensorSpec], Iterator[tuple[str, Any]]]]:
     """The trained weights as an inference engine loads them: announcements first (no gathering), then the
     tensors one at a time, under Hugging Face names, tied weights once, LoRA merged in for the duration.
 
-    Under DeepSpeed ZeRO-3 each parameter is gathered as it is read (with LoRA, all of them, to merge);
-    under FSDP2 each is all-gathered with ``full_tensor()``; both are collectives, so every process must
-    consume the stream. FSDP1 is refused (its per-module traversal is not implemented here)."""
-    from trl.distributed import DistributedBackend
+    Under FSDP2 each parameter is a DTensor, all-gathered with ``full_tensor()`` as it is read: a
+    collective, so every process must consume the stream. FSDP1 is refused (its per-module traversal is not
+    implemented here), and so is LoRA under FSDP (merging an adapter into sharded weights)."""
+    from accelerate.utils import DistributedType
 
-    trainer = updater.trainer
-    dist = DistributedBackend(trainer.accelerator)
-    if dist.fsdp_version == 1:
+    accelerator = learner.accelerator  # None in a single process
+    fsdp = accelerator is not None and accelerator.distributed_type == DistributedType.FSDP
+    if fsdp and getattr(accelerator.state.fsdp_plugin, "fsdp_version", 1) == 1:
         raise ConfigError(
             "weight sync under FSDP1 is not supported: use fsdp_version: 2 (configs/accelerate)"
         )
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    model = learner.raw_model
     lora = hasattr(model, "merge_adapter")
     if not lora:
         named = [(_vllm_name(name), p) for name, p in model.named_parameters()]
-        yield [TensorSpec(name, _full_shape(p)) for name, p in named], _gathered(named, dist)
+        yield [TensorSpec(name, _full_shape(p)) for name, p in named], _full(named)
         return
-    with dist.gather_params(list(model.parameters())):
-        model.merge_adapter()
-        try:
-            named = [
-                (_vllm_name(name.removeprefix("base_model.model.").replace(".base_layer", "")), p)
-                for name, p in model.named_parameters()
-                if model.prefix not in name and "original_module" not in name
-            ]
-            named = [(name.replace("modules_to_save.default.", ""), p) for name, p in named]
-            yield [TensorSpec(name, _full_shape(p)) for name, p in named], _full(named)
-        finally:
-            model.unmerge_adapter()
+    if fsdp:
+        raise ConfigError("weight sync of LoRA adapters under FSDP is not supported: train LoRA under DDP")
+    model.merge_adapter()
+    try:
+        named = [
+            (_vllm_name(name.removeprefix("base_model.model.").replace(".base_layer", "")), p)
+            for name, p in model.named_parameters()
+            if model.prefix not in name and "original_module" not in name
+        ]
+        named = [(name.replace("modules_to_save.default.", ""), p) for name, p in named]
+        yield [TensorSpec(name, _full_shape(p)) for name, p in named], _full(named)
+    finally:
+        model.unmerge_adapter()
 
 
 def _vllm_name(name: str) -> str:
@@ -188,24 +175,13 @@ def _vllm_name(name: str) -> str:
 
 
 def _full_shape(param: Any) -> tuple[int, ...]:
-    shape = getattr(param, "ds_shape", None)  # ZeRO-3 keeps an empty placeholder and the real shape here
-    return tuple(shape if shape is not None else param.shape)
+    return tuple(param.shape)  # an FSDP2 DTensor reports its full (global) shape
 
 
 def _full(named: list[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
     for name, param in named:
         full = getattr(param, "full_tensor", None)  # an FSDP2 DTensor: all-gather it
         yield name, full() if callable(full) else param.data
-
-
-def _gathered(named: list[tuple[str, Any]], dist: Any) -> Iterator[tuple[str, Any]]:
-    if not dist.is_zero3:
-        yield from _full(named)
-        return
-    for name, param in named:
-        with dist.gather_params([param]):
-            tensor = param.data.detach().clone()  # kept once the parameter is partitioned again
-        yield name, tensor
 
 
 def load_trainer_model(config: RunConfig, device: str | None = None) -> tuple[Any, Any]:
@@ -219,19 +195,19 @@ def load_trainer_model(config: RunConfig, device: str | None = None) -> tuple[An
     return load_pretrained(config.policy.model, device=device, dtype=settings.dtype)
 
 
-def make_updater(config: RunConfig, policy: Policy, *, device: str | None = None) -> Any:
-    """The updater of a run whose policy is ``policy`` (see the module docstring); in a distributed run,
+def make_learner(config: RunConfig, policy: Policy, *, device: str | None = None) -> BaseLearner:
+    """The learner of a run whose policy is ``policy`` (see the module docstring); in a distributed run,
     the main process's (the others run :func:`spade_rl.loop.distributed.run_follower`)."""
     from spade_rl.loop.distributed import Processes, wrap_for_processes
     from spade_rl.policy.servers import ServerPolicy
-    from spade_rl.train import GRPOUpdater
+    from spade_rl.train.learner import Learner
 
     processes = Processes.from_env()
     processes.check(config)
     if isinstance(policy, ServerPolicy):
         servers = policy.config
         if servers.weight_sync == "none":
-            return InferenceOnlyUpdater(
+            return InferenceOnlyLearner(
                 f"policy.servers.weight_sync = 'none': the {len(policy.roots)} server(s) keep their weights"
             )
         model, tokenizer = load_trainer_model(config, processes.device(config) if device is None else device)
@@ -242,9 +218,9 @@ def make_updater(config: RunConfig, policy: Policy, *, device: str | None = None
             sync.check(processed_logprobs=config.train.old_logprobs == "sampling")
         except PolicyError as error:
             raise ConfigError(str(error)) from error
-        inner: Any = SyncingUpdater(GRPOUpdater(model, tokenizer, config.update_config), sync)
+        inner: BaseLearner = SyncingLearner(Learner(model, tokenizer, config.update_config), sync)
     elif hasattr(getattr(policy, "model", None), "parameters"):
-        inner = GRPOUpdater.for_policy(policy, config.update_config)
+        inner = Learner.for_policy(policy, config.update_config)
     else:
         backend = config.policy.backend
         advice = {

@@ -41,7 +41,7 @@ from spade_rl.policy.thinking import thinking_flag
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the training procedure changes what a cache entry holds
+FORMAT = 2  # bump when the training procedure changes what a cache entry holds (2: the learner's SFT step)
 
 
 class WarmupError(ValueError):
@@ -178,96 +178,62 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
 def _train(
     policy, examples: list[tuple[list[dict], str]], config: WarmupConfig, thinking: bool | None = None
 ) -> list[float]:
-    """Cross-entropy on the answer tokens, one sequence per pass, a step every ``batch_size``; the
-    mean loss of each step.
-
-    Logits are computed for the answer's positions only (``logits_to_keep``, which generation passes
-    too): the prompt is five sixths of a row, and its logits over the whole vocabulary (and their
-    gradient) were a quarter of the warm-up's time on 2 cores. The allocator's free pages go back to
-    the system at the end: what the warm-up freed would otherwise stay in the process for the rest of
-    the run, under the play and the update's own memory (2.5 GB on the default model).
+    """Cross-entropy on the answer tokens, one sequence per pass, a step every ``batch_size``, through the
+    learner's supervised step (:meth:`spade_rl.train.learner.Learner.sft_step`: the model call and the
+    optimiser step of self-play's update; AdamW without weight decay or clipping); the mean loss of each
+    step. Only the answer's positions go through the output head (the prompt is five sixths of a row).
+    The allocator's free pages go back to the system at the end: what the warm-up freed would otherwise
+    stay in the process for the rest of the run, under the play and the update's own memory.
 
     With ``activation_tokens``, each row longer than it recomputes the activations of
-    :func:`checkpointed_layers` of its decoder layers in the backward pass; the weights come out the same.
+    :func:`spade_rl.train.learner.checkpointed_layers` of its decoder layers in the backward pass; the
+    weights come out the same.
     On the default model a 640-token row holds about 1.4 GB of activations; the warm-up's peak on its 24
     longest rows (567-642 tokens) was 4221 MiB holding them all and 3630 MiB with 320, for about a tenth
     more time (``python bench/warmup_memory.py``)."""
-    import torch
+    from spade_rl.train import TrainConfig
+    from spade_rl.train.learner import Learner
 
-    model, tokenizer = policy.model, policy.tokenizer
-    device = next(model.parameters()).device
+    tokenizer = policy.tokenizer
+    if config.activation_tokens and not getattr(policy.model, "supports_gradient_checkpointing", False):
+        raise WarmupError(
+            "warmup.activation_tokens needs activation checkpointing, which "
+            f"{type(policy.model).__name__} does not support; set warmup.activation_tokens = 0"
+        )
     rows = []
     for chat, answer in examples:
         prompt = policy.render(chat, add_generation_prompt=True, thinking=thinking)
         prompt += tokenizer(QUESTION_PREFIX, add_special_tokens=False)["input_ids"]
         target = tokenizer(answer, add_special_tokens=False)["input_ids"]
         rows.append((prompt, target))
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
+    settings = TrainConfig(
+        learning_rate=config.learning_rate,
+        weight_decay=0.0,
+        max_grad_norm=0.0,  # no clipping
+        group_size=2,  # (GRPO's; the supervised step has no groups)
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=max(2, config.batch_size),
+        bf16=False,
+        gradient_checkpointing=False,
+        checkpoint_rows_longer_than=config.activation_tokens,
+        seed=config.seed,
+    )
+    learner = Learner(policy.model, tokenizer, settings)
     order = random.Random(f"spade-rl/warmup-order/{config.seed}")
     losses = []
-    layers = _checkpointing_layers(model) if config.activation_tokens else []
-    model.train()
     try:
         for _ in range(config.epochs):
             indices = list(range(len(rows)))
             order.shuffle(indices)
             for start in range(0, len(indices), config.batch_size):
                 batch = [rows[i] for i in indices[start : start + config.batch_size]]
-                total = 0.0
-                for prompt, target in batch:
-                    share = checkpointed_layers(
-                        len(layers), len(prompt) + len(target), config.activation_tokens
-                    )
-                    for n, layer in enumerate(layers):
-                        layer.gradient_checkpointing = n < share
-                    loss = _answer_loss(model, prompt, target, device) / len(batch)
-                    loss.backward()
-                    total += float(loss.detach())
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(total)
+                losses.append(learner.sft_step(batch, graduated=True))
     finally:
-        model.eval()
-        if layers:
-            model.activation_checkpointing_disable()  # the model as it came (the updater sets its own)
-        del optimizer
+        learner.close()  # the model as it came: no checkpointing hooks, eval mode
+        del learner
         gc.collect()
         release_unused_memory()
     return losses
-
-
-def checkpointed_layers(layers: int, length: int, activation_tokens: int) -> int:
-    """How many of ``layers`` recompute their activations for a row of ``length`` tokens, so that the
-    activations held are about those of ``activation_tokens`` tokens (0: none recompute).
-
-        checkpointed_layers(30, 640, 448) == 9      # 21 layers x 640 tokens held: 448 tokens' worth"""
-    if not activation_tokens or length <= activation_tokens:
-        return 0
-    return -(-layers * (length - activation_tokens) // length)  # the ceiling, in integers
-
-
-def _checkpointing_layers(model) -> list:
-    """The model's decoder layers, able to recompute their activations and set not to (each row then
-    switches a share of them on); a model without them cannot, and is refused."""
-    from spade_rl.policy.models import switchable_checkpointing
-
-    if not getattr(model, "supports_gradient_checkpointing", False):
-        raise WarmupError(
-            f"warmup.activation_tokens needs activation checkpointing, which {type(model).__name__} does not "
-            "support; set warmup.activation_tokens = 0"
-        )
-    return switchable_checkpointing(model, {"use_reentrant": False})
-
-
-def _answer_loss(model, prompt: list[int], target: list[int], device):
-    """The mean cross-entropy of ``target``'s tokens after ``prompt``."""
-    import torch
-
-    ids = torch.tensor([prompt + target], device=device)
-    # the last len(target) + 1 positions; the first len(target) of them predict the target's tokens
-    logits = model(input_ids=ids, logits_to_keep=len(target) + 1, use_cache=False).logits[0, :-1]
-    return torch.nn.functional.cross_entropy(logits.float(), torch.tensor(target, device=device))
 
 
 def _save(policy, folder: Path, stats: dict) -> None:

@@ -416,13 +416,34 @@ def _from_hub(repo_id: str, patterns: tuple[str, ...]) -> Path:
         ) from None
 
 
+def checkpointing_enable(model: Any, kwargs: dict | None = None) -> None:
+    """Turn activation checkpointing on for every decoder layer of ``model`` (``kwargs`` for
+    ``torch.utils.checkpoint``), by the public name the installed transformers has: 5.x since the rename
+    calls it ``activation_checkpointing_enable``, earlier releases ``gradient_checkpointing_enable``."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable(**{_checkpointing_kwargs_name(enable): kwargs})
+
+
+def checkpointing_disable(model: Any) -> None:
+    """Undo :func:`checkpointing_enable` (or :func:`switchable_checkpointing`)."""
+    disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+    disable()
+
+
+def _checkpointing_kwargs_name(enable: Any) -> str:
+    import inspect
+
+    names = inspect.signature(enable).parameters
+    return next((n for n in names if n.endswith("checkpointing_kwargs")), "gradient_checkpointing_kwargs")
+
+
 def switchable_checkpointing(model: Any, kwargs: dict | None = None) -> list:
     """Install activation checkpointing on ``model`` (``kwargs`` for ``torch.utils.checkpoint``) with every
     decoder layer switched off, and return those layers: a caller switches each on or off per forward
-    pass (``layer.gradient_checkpointing``); ``model.activation_checkpointing_disable()`` removes it."""
+    pass (``layer.gradient_checkpointing``); :func:`checkpointing_disable` removes it."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    checkpointing_enable(model, kwargs)
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     for layer in layers:
         layer.gradient_checkpointing = False

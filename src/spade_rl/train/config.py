@@ -1,13 +1,14 @@
 """The configuration of the GRPO update: one frozen dataclass, validated on construction.
 
     config = TrainConfig(learning_rate=1e-6, group_size=8, per_device_train_batch_size=8)
-    config.rows_per_update        # samples (with filler) in one optimiser step, per process
+    config.rows_per_update        # the most samples one optimiser step takes, per process
 
-Names follow TRL's ``GRPOConfig`` where one exists, so that a reader can look the meaning up there.
+Names follow TRL's ``GRPOConfig`` where one exists, so that a reader can look the meaning up there (the
+learner, :mod:`spade_rl.train.learner`, does not use TRL).
 ``learning_rate`` defaults to 1e-6, the paper's value for full fine-tuning of a multi-billion-parameter
 model; a tiny model on a CPU (tests, smoke runs) moves visibly only at about 1e-4 to 1e-3, and LoRA usually
-wants about 1e-5 to 1e-4. ``temperature`` must be the temperature the samples were drawn at: TRL divides
-the logits by it before computing the log-probabilities that enter the importance ratio.
+wants about 1e-5 to 1e-4. ``temperature`` must be the temperature the samples were drawn at: the learner
+divides the logits by it before computing the log-probabilities that enter the importance ratio.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# The loss variants of trl 1.16's GRPOTrainer: the first four are computed by spade_rl.train.loss, the
-# others by TRL's own _compute_loss.
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-# Where the "old" log-probabilities of the importance ratio come from (see spade_rl.train.updater).
+# The loss variants of spade_rl.train.loss (TRL's names). TRL's GRPOTrainer has others (cispo, sapo, luspo,
+# vespo): train with TRL itself for those (spade_rl.interop.trl).
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
+TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
+# Where the "old" log-probabilities of the importance ratio come from (see spade_rl.train.learner).
 OLD_LOGPROBS = ("sampling", "recompute")
 REPORT_TO = ("none", "tensorboard", "wandb")
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
@@ -36,10 +38,10 @@ class TrainConfig:
     adam_beta2: float = 0.999
     max_grad_norm: float = 1.0  # 0 turns clipping off
     # GRPO loss
-    loss_type: str = "dapo"  # TRL's default: tokens normalised over the whole batch, so filler rows weigh 0
+    loss_type: str = "dapo"  # TRL's default: tokens normalised over the whole batch
     epsilon_low: float = 0.2  # the clip range of the importance ratio: [1 - low, 1 + high]
     epsilon_high: float = 0.28
-    beta: float = 0.0  # KL coefficient against the model as it was when the updater was built
+    beta: float = 0.0  # KL coefficient against the model as it was when the learner was built
     temperature: float = 0.6  # the sampling temperature of the samples
     old_logprobs: str = "sampling"  # sampling: ratio against the sampler's log-probs; recompute: on-policy
     # Truncated importance sampling (with old_logprobs = "recompute", as the reference trains: slime's
@@ -48,9 +50,11 @@ class TrainConfig:
     # None: off. With old_logprobs = "sampling" the ratio is already taken against the sampler.
     tis_cap: float | None = None
     # batch geometry
-    group_size: int = 8  # G: samples per GRPO group (TRL's num_generations): rows per group block
+    group_size: int = 8  # G: the most samples one GRPO group may hold (TRL's num_generations)
     per_device_train_batch_size: int = 8  # rows per forward/backward pass
-    gradient_accumulation_steps: int = 1  # passes per optimiser step
+    # passes per optimiser step at most: a step takes up to per_device_train_batch_size * this many rows
+    # (rows_per_update) and makes as many passes as its rows need
+    gradient_accumulation_steps: int = 1
     max_completion_length: int = 4096  # longer completions keep their first tokens
     # model
     use_lora: bool = False
@@ -80,12 +84,17 @@ class TrainConfig:
     offload_optimizer: bool = False
     # bookkeeping
     seed: int = 0
-    output_dir: str | None = None  # where report_to backends write (tensorboard: output_dir/runs); None: a
-    # temporary folder, removed with the updater (transformers creates the folder; with "none" it stays empty)
+    output_dir: str | None = None  # where report_to backends write (tensorboard: output_dir/runs); needed
+    # for report_to other than "none"
     report_to: str = "none"
 
     def __post_init__(self) -> None:
         _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
+        if self.loss_type in TRL_ONLY_LOSS_TYPES:
+            raise ValueError(
+                f"train loss_type {self.loss_type!r} is one of TRL's own losses, which spade-rl's learner "
+                f"does not compute: use one of {list(LOSS_TYPES)}, or train with TRL (spade_rl.interop.trl)"
+            )
         _choice("loss_type", self.loss_type, LOSS_TYPES)
         _choice("old_logprobs", self.old_logprobs, OLD_LOGPROBS)
         _choice("report_to", self.report_to, REPORT_TO)
@@ -132,12 +141,11 @@ class TrainConfig:
             )
         if self.gradient_checkpointing not in (None, True, False):
             raise ValueError("train gradient_checkpointing must be None (automatic), True or False")
-        if self.rows_per_update % self.group_size:
+        if self.rows_per_update < self.group_size:
             raise ValueError(
                 f"train per_device_train_batch_size * gradient_accumulation_steps "
                 f"({self.per_device_train_batch_size} * {self.gradient_accumulation_steps} = "
-                f"{self.rows_per_update}) must be a multiple of group_size ({self.group_size}): "
-                "each update holds whole groups"
+                f"{self.rows_per_update}) must hold at least one group of group_size ({self.group_size})"
             )
         targets = self.lora_target_modules
         if isinstance(targets, str) or not targets or not all(isinstance(t, str) and t for t in targets):
@@ -147,7 +155,8 @@ class TrainConfig:
         object.__setattr__(self, "lora_target_modules", tuple(targets))
         if "lm_head" in targets:
             raise ValueError(
-                "train lora_target_modules must not name lm_head: TRL never trains an adapter there"
+                "train lora_target_modules must not name lm_head: the learner scores tokens with the output "
+                "head's own weights"
             )
         if self.output_dir is not None and (not isinstance(self.output_dir, str) or not self.output_dir):
             raise ValueError(f"train output_dir must be None or a non-empty path, got {self.output_dir!r}")

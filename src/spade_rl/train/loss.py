@@ -4,9 +4,10 @@
     out.loss.backward()            # this micro-batch's share of the batch loss
     out.metrics()                  # {"clip_ratio/low_mean": ..., "clip_ratio/region_mean": ..., "kl": ...}
 
-This is the loss that runs: the trainer (:mod:`spade_rl.train.trl_engine`) computes the per-token
-log-probs with TRL's forward pass and hands them here; ``tests/train/test_train_loss.py`` checks it
-against TRL 1.16's own ``GRPOTrainer._compute_loss`` (loss, gradients, updated weights).
+This is the loss that runs: the learner (:mod:`spade_rl.train.learner`) computes the per-token
+log-probs with one model call (:mod:`spade_rl.train.scoring`) and hands them here;
+``tests/interop/test_trl_oracle.py`` checks the learner against TRL's own ``GRPOTrainer`` loss (loss and
+gradients on the same batch).
 
 **Shapes.** ``B`` rows (sequences) of a micro-batch, ``T`` completion positions (right-padded).
 ``logps`` (B, T): log pi_theta(o_t | q, o_<t) at the training temperature, differentiable;
@@ -28,28 +29,28 @@ tokens come from another policy; its value at ``r = 1`` is plain k3. ``w_t`` is 
 importance sampling is on (``tis_cap = C``): ``w_t = min(exp(old_logps - sampling_logps), C)``, detached,
 corrects for a sampler that differs from the "old" policy (Yao et al. 2025, TRL's ``token_truncate``).
 
-**Over the batch.** The batch of ``N`` rows is cut into ``micro_batches`` micro-batches of ``B`` rows each;
+**Over the batch.** The batch of ``N`` rows is cut into ``micro_batches`` micro-batches (of any sizes);
 the optimiser step follows the sum of the micro-batch losses, so each is its share of the batch loss.
-``|o_i|`` is the number of masked-in tokens of row ``i``::
+``|o_i|`` is the number of masked-in tokens of row ``i``, the sums run over this micro-batch's rows::
 
     dapo:     sum_i sum_t m_it l_it / batch_tokens           (batch_tokens = sum of |o_i| over the batch)
-    grpo:     (1 / B) sum_i (sum_t m_it l_it / |o_i|) / micro_batches      (mean per row, then over rows)
-    dr_grpo:  sum_i sum_t m_it l_it / (B * max_completion_length) / micro_batches
+    grpo:     sum_i (sum_t m_it l_it / |o_i|) / batch_rows    (mean per row, then over the batch's N rows)
+    dr_grpo:  sum_i sum_t m_it l_it / (batch_rows * max_completion_length)
     bnpo:     sum_i sum_t m_it l_it / sum_i |o_i| / micro_batches           (tokens of this micro-batch)
 
-dapo weighs every token of the batch alike, so rows that train nothing (the updater's filler rows) weigh
-nothing; grpo weighs every row alike (a long completion's tokens count less each, and rows without a
-trained token still count in ``B``); dr_grpo divides by a constant instead of by any length. With equal
-micro-batches, dapo, grpo and dr_grpo give one step for the whole batch whichever rows share a
-micro-batch; bnpo does not (its denominator is per micro-batch). ``|o_i|`` and ``sum_i |o_i|`` are
-clamped at 1 so that an empty row or micro-batch gives 0, not NaN.
+dapo weighs every token of the batch alike; grpo weighs every row alike (a long completion's tokens count
+less each, and rows without a trained token still count in ``batch_rows``); dr_grpo divides by a
+constant instead of by any length. dapo, grpo and dr_grpo give one step for the whole batch whichever
+rows share a micro-batch; bnpo does not (its denominator is per micro-batch). ``batch_tokens`` and
+``batch_rows`` default to this micro-batch's (the micro-batch is the batch). ``|o_i|`` and
+``sum_i |o_i|`` are clamped at 1 so that an empty row or micro-batch gives 0, not NaN.
 
 **Metrics.** A token is *clipped* where the clip binds, i.e. where its gradient through ``pg`` is 0:
 ``r < 1 - eps_low`` with ``A < 0`` (low) or ``r > 1 + eps_high`` with ``A > 0`` (high).
 :meth:`GRPOLoss.metrics` gives the fractions of masked-in tokens clipped (``clip_ratio/low_mean``,
 ``high_mean``, ``region_mean`` = either), the lowest per-row low-clip fraction and the highest per-row
 high-clip fraction (``clip_ratio/low_min``, ``high_max``, over rows with a trained token) and the mean
-``kl`` per token: TRL's metric names. Across processes the trainer adds up :meth:`GRPOLoss.token_sums`.
+``kl`` per token: TRL's metric names. Across processes the learner adds up :meth:`GRPOLoss.token_sums`.
 """
 
 from __future__ import annotations
@@ -138,13 +139,15 @@ def grpo_loss(
     ref_logps: torch.Tensor | None = None,
     sampling_logps: torch.Tensor | None = None,
     batch_tokens: torch.Tensor | float | None = None,
+    batch_rows: torch.Tensor | float | None = None,
     micro_batches: int = 1,
 ) -> GRPOLoss:
     """One micro-batch's GRPO loss (the formulas in the module doc).
 
-    ``batch_tokens``: dapo's denominator, the trained tokens of the whole batch (None: this micro-batch's,
-    i.e. the micro-batch is the batch). ``micro_batches``: how many micro-batches the other losses' batch
-    mean is spread over. ``sampling_logps`` (B, T): the sampler's log-probs, needed with ``tis_cap``."""
+    ``batch_tokens``: dapo's denominator, the trained tokens of the whole batch; ``batch_rows``: the rows
+    of the whole batch (grpo, dr_grpo); None: this micro-batch's, i.e. the micro-batch is the batch.
+    ``micro_batches``: how many micro-batches bnpo's per-micro-batch mean is spread over.
+    ``sampling_logps`` (B, T): the sampler's log-probs, needed with ``tis_cap``."""
     if ref_logps is None and settings.beta != 0.0:
         raise ValueError("beta > 0 needs the reference log-probs (ref_logps)")
     if sampling_logps is None and settings.tis_cap is not None:
@@ -169,14 +172,15 @@ def grpo_loss(
         per_token_loss = per_token_loss + settings.beta * kl
 
     token_sum = (per_token_loss * mask).sum()
+    rows = per_token_loss.size(0) if batch_rows is None else batch_rows
     if settings.loss_type == "dapo":
         tokens = mask.sum().clamp(min=1.0) if batch_tokens is None else batch_tokens
         loss = token_sum / tokens
     elif settings.loss_type == "grpo":
         row_means = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-        loss = row_means.mean() / micro_batches
+        loss = row_means.sum() / rows
     elif settings.loss_type == "dr_grpo":
-        loss = token_sum / (per_token_loss.size(0) * settings.max_completion_length) / micro_batches
+        loss = token_sum / (rows * settings.max_completion_length)
     else:  # bnpo
         loss = token_sum / mask.sum().clamp(min=1.0) / micro_batches
 

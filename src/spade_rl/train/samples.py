@@ -1,30 +1,32 @@
-"""Training samples of both roles, and the fixed-size batch of GRPO groups that one update consumes.
+"""Training samples of both roles: what the loop hands the learner for one step.
 
     sample = sample_from_episode(episode, advantage=0.8, group=3)          # agent: a no-hint episode
     sample = sample_from_generation(outcome.generation, advantage=-0.1, group=0)  # designer: one proposal
-    batch = assemble_batch(samples, group_size=8, rows=32, filler_token_id=tokenizer.pad_token_id)
 
 A :class:`Sample` is one sequence: the prompt the model was given, the completion that followed it, which
 completion tokens the model wrote (``completion_mask`` 1) and which the environment or the chat template
 added (0), the sampling log-probability of each completion token (0.0 where the mask is 0), the advantage
-(already computed by the loop with :mod:`spade_rl.rewards`) and the group it was compared within.
+(already computed by the loop with :mod:`spade_rl.rewards`: the learner uses it as it is) and the group it
+was compared within. The samples of one group are consecutive (:func:`split_groups`).
 
 Truncation rule (:meth:`Sample.truncated`): a completion longer than ``max_completion_length`` keeps its
 first ``max_completion_length`` tokens, with their mask and log-probs; the tail is dropped. Keeping the head
 leaves every kept token's context, hence its log-probability, exactly as sampled. Prompts are never cut:
 cutting a prompt changes what every completion token was conditioned on.
 
-The batch (:func:`assemble_batch`): TRL's GRPO forms groups from consecutive blocks of ``group_size``
-(G) rows and subtracts each block's mean reward. Our groups are therefore laid out one per block, in the
-order given; a group of fewer than G samples is completed with filler rows, and the batch is completed
-with whole filler blocks up to ``rows``. A filler row has a one-token prompt and a one-token completion
-with mask 0 and advantage 0.0: it contributes nothing to the loss and, since every group's advantages
-sum to zero (checked here), it leaves each block's mean at zero, so TRL's centring changes nothing. Losses
-normalised by trained tokens ("dapo", the default, "bnpo", "cispo", "vespo") are unchanged by fillers;
-those averaged over rows ("grpo", "sapo", "luspo", and "dr_grpo" over rows x max length) count them in
-the denominator, which scales the step by real rows / all rows. Fillers cost compute like real rows. A
-batch with more than ``rows`` rows after this layout, a group of more than G samples, a group split into
-two runs, a group mixing roles, or a group whose advantages are not centred is an error that says so.
+**The padded batch** (:func:`pad_samples`, :class:`TokenBatch`): the one reshape between the loop's records
+and the loss. A row is the sample's prompt followed by its completion, right-padded to the widest row.
+Column ``t`` of every per-token tensor describes the token ``input_ids[:, t]``: ``trained`` is 1 where that
+token was written by the model and is trained (never the prompt, the environment's tokens, the chat
+template's, or padding), ``sampling_logps`` the sampler's log-probability of it (0 elsewhere). The
+model's prediction of the token at ``t`` comes from position ``t - 1``
+(:func:`spade_rl.train.scoring.trained_logps` does that shift). There are no filler rows: a batch holds
+exactly its samples. :meth:`TokenBatch.micro_batches` cuts it into row slices of similar length, each
+trimmed to its widest row.
+
+    batch = pad_samples(samples, pad_id=tokenizer.pad_token_id, max_completion_length=4096)
+    for micro in batch.micro_batches(rows=2):      # micro.input_ids [B, W], micro.trained [B, W], ...
+        ...
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from spade_rl.policy import Generation
     from spade_rl.rollout import Episode
 
 ROLES = ("designer", "agent")
-CENTRING_TOLERANCE = 1e-6  # |sum of a group's advantages| allowed, per sample, relative to max(1, max |a|)
 
 
 @dataclass(frozen=True)
@@ -150,60 +153,6 @@ def sample_from_generation(
     )
 
 
-@dataclass
-class Batch:
-    """Rows in TRL's layout: block ``k`` (rows ``k*G .. k*G+G-1``) holds one group, then filler rows."""
-
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    completion_ids: list[list[int]] = field(default_factory=list)
-    completion_mask: list[list[int]] = field(default_factory=list)
-    logprobs: list[list[float]] = field(default_factory=list)
-    roles: list[str] = field(default_factory=list)
-    advantages: list[float] = field(default_factory=list)
-    filler: list[bool] = field(default_factory=list)
-    truncated: int = 0  # samples whose completion was cut
-
-    def __len__(self) -> int:
-        return len(self.roles)
-
-    def add(self, sample: Sample, filler: bool, filler_token_id: int) -> None:
-        completion = list(sample.completion_ids)
-        mask, logprobs = list(sample.completion_mask), list(sample.logprobs)
-        if not completion:  # TRL needs at least one completion token: one that is not trained
-            completion, mask, logprobs = [filler_token_id], [0], [0.0]
-        self.prompt_ids.append(list(sample.prompt_ids))
-        self.completion_ids.append(completion)
-        self.completion_mask.append(mask)
-        self.logprobs.append(logprobs)
-        self.roles.append(sample.role)
-        self.advantages.append(sample.advantage)
-        self.filler.append(filler)
-
-    @property
-    def no_logprobs(self) -> int:
-        """Rows with model tokens whose log-probs are all 0.0: sampled without log-probs, most likely."""
-        return sum(
-            1
-            for mask, logprobs in zip(self.completion_mask, self.logprobs, strict=True)
-            if any(mask) and all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if m)
-        )
-
-    def counts(self) -> dict[str, float]:
-        """Per-role numbers of samples, groups and trained tokens, and the filler rows."""
-        out: dict[str, float] = {
-            "filler_rows": float(sum(self.filler)),
-            "no_logprobs": float(self.no_logprobs),
-        }
-        for role in ROLES:
-            rows = [i for i, r in enumerate(self.roles) if r == role and not self.filler[i]]
-            out[f"{role}/samples"] = float(len(rows))
-            out[f"{role}/model_tokens"] = float(sum(sum(self.completion_mask[i]) for i in rows))
-            out[f"{role}/advantage_abs_mean"] = (
-                math.fsum(abs(self.advantages[i]) for i in rows) / len(rows) if rows else 0.0
-            )
-        return out
-
-
 def split_groups(samples: Sequence[Sample]) -> list[list[Sample]]:
     """The samples cut into their groups, in order; a group id met again after another group is an error."""
     groups: list[list[Sample]] = []
@@ -221,65 +170,110 @@ def split_groups(samples: Sequence[Sample]) -> list[list[Sample]]:
     return groups
 
 
-def check_group(group: Sequence[Sample], group_size: int) -> None:
-    """Raise unless the group has one role, at most G samples and advantages that sum to zero."""
-    gid, role = group[0].group, group[0].role
-    if any(s.role != role for s in group):
-        raise ValueError(f"group {gid} mixes roles: each group must hold samples of one role")
-    if len(group) > group_size:
-        raise ValueError(
-            f"group {gid} has {len(group)} samples, more than group_size={group_size}: "
-            "set train.group_size to the largest group"
-        )
-    advantages = [s.advantage for s in group]
-    total = math.fsum(advantages)
-    scale = max(1.0, max(abs(a) for a in advantages))
-    if abs(total) > CENTRING_TOLERANCE * len(group) * scale:
-        raise ValueError(
-            f"the advantages of group {gid} ({role}) sum to {total:.6g}, not 0: TRL subtracts each group's "
-            "mean, so groups must arrive centred (spade_rl.rewards.zscore_advantages / centred_advantages)"
-        )
+@dataclass(frozen=True)
+class TokenBatch:
+    """Rows of token ids with what the loss needs of each (shapes: B rows, W columns)."""
+
+    input_ids: torch.Tensor  # [B, W] long: prompt + completion, then padding
+    attention_mask: torch.Tensor  # [B, W] long: 1 on the row's tokens
+    trained: torch.Tensor  # [B, W] float: 1 on the tokens the loss trains
+    sampling_logps: torch.Tensor  # [B, W] float: the sampler's log-prob of each trained token
+    advantages: torch.Tensor  # [B] float
+    roles: tuple[str, ...]
+    truncated: int = 0  # samples whose completion was cut to max_completion_length
+
+    def __len__(self) -> int:
+        return len(self.roles)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.attention_mask.sum(1)
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        move = {k: getattr(self, k).to(device) for k in _TENSORS}
+        return TokenBatch(**move, roles=self.roles, truncated=self.truncated)
+
+    def select(self, rows: Sequence[int]) -> TokenBatch:
+        """The given rows, cut to the widest of them."""
+        import torch
+
+        index = torch.tensor(list(rows), dtype=torch.long)
+        width = max(1, int(self.lengths[index].max())) if len(index) else 1
+        taken = {k: getattr(self, k)[index] for k in _TENSORS}
+        for key in ("input_ids", "attention_mask", "trained", "sampling_logps"):
+            taken[key] = taken[key][:, :width]
+        return TokenBatch(**taken, roles=tuple(self.roles[i] for i in rows))
+
+    def micro_batches(self, rows: int) -> list[TokenBatch]:
+        """Micro-batches of at most ``rows`` rows, longest rows first, each cut to its own widest row: a
+        600-token designer row does not make every short agent row in the batch cost 600 tokens."""
+        if rows < 1:
+            raise ValueError(f"rows per micro-batch must be at least 1, got {rows}")
+        lengths = self.lengths.tolist()
+        order = sorted(range(len(self)), key=lambda r: (-lengths[r], r))
+        return [self.select(order[i : i + rows]) for i in range(0, len(order), rows)]
+
+    def counts(self) -> dict[str, float]:
+        """Per role: samples, trained tokens and the mean |advantage| (``<role>/samples`` ...)."""
+        out: dict[str, float] = {}
+        tokens = self.trained.sum(1)
+        for role in ROLES:
+            rows = [i for i, r in enumerate(self.roles) if r == role]
+            out[f"{role}/samples"] = float(len(rows))
+            out[f"{role}/model_tokens"] = float(tokens[rows].sum()) if rows else 0.0
+            out[f"{role}/advantage_abs_mean"] = float(self.advantages[rows].abs().mean()) if rows else 0.0
+        return out
 
 
-def filler_sample(role: str, token_id: int) -> Sample:
-    """A row that trains nothing: one prompt token, one completion token with mask 0, advantage 0."""
-    return Sample(role, (token_id,), (token_id,), (0,), (0.0,), 0.0, -1)
+_TENSORS = ("input_ids", "attention_mask", "trained", "sampling_logps", "advantages")
 
 
-def assemble_batch(
-    samples: Sequence[Sample],
-    group_size: int,
-    rows: int,
-    filler_token_id: int,
-    max_completion_length: int | None = None,
-) -> Batch:
-    """Lay ``samples`` out as ``rows`` rows in blocks of ``group_size`` (see the module docstring)."""
-    if not samples:
-        raise ValueError("no samples to train on")
+def pad_samples(
+    samples: Sequence[Sample], pad_id: int, max_completion_length: int | None = None
+) -> TokenBatch:
+    """The samples as one right-padded :class:`TokenBatch` (see the module docstring)."""
+    import torch
+
+    truncated = 0
+    rows = []
     for sample in samples:
         if not isinstance(sample, Sample):
             raise TypeError(f"expected spade_rl.train.Sample records, got {type(sample).__name__}")
-    if rows % group_size:
-        raise ValueError(f"rows ({rows}) must be a multiple of group_size ({group_size})")
-    groups = split_groups(samples)
-    needed = len(groups) * group_size
-    if needed > rows:
-        raise ValueError(
-            f"{len(samples)} samples in {len(groups)} groups need {needed} rows ({len(groups)} blocks of "
-            f"group_size={group_size}), more than the {rows} rows of one update "
-            "(per_device_train_batch_size * gradient_accumulation_steps * processes): raise those, or hand "
-            "fewer groups per update"
+        if max_completion_length is not None and len(sample.completion_ids) > max_completion_length:
+            sample = sample.truncated(max_completion_length)
+            truncated += 1
+        rows.append(sample)
+    width = max((len(s.prompt_ids) + len(s.completion_ids) for s in rows), default=1)
+    count = len(rows)
+    input_ids = torch.full((count, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((count, width), dtype=torch.long)
+    trained = torch.zeros((count, width))
+    sampling = torch.zeros((count, width))
+    for i, s in enumerate(rows):
+        start, end = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+        input_ids[i, :end] = torch.tensor(s.prompt_ids + s.completion_ids, dtype=torch.long)
+        attention_mask[i, :end] = 1
+        if end > start:
+            trained[i, start:end] = torch.tensor(s.completion_mask, dtype=torch.float)
+            sampling[i, start:end] = torch.tensor(s.logprobs, dtype=torch.float) * trained[i, start:end]
+    return TokenBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        trained=trained,
+        sampling_logps=sampling,
+        advantages=torch.tensor([s.advantage for s in rows], dtype=torch.float),
+        roles=tuple(s.role for s in rows),
+        truncated=truncated,
+    )
+
+
+def sft_rows(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> TokenBatch:
+    """(prompt ids, target ids) pairs as a :class:`TokenBatch` whose trained tokens are the targets (the
+    warm-up's supervised rows; advantages 0, role "designer")."""
+    samples = []
+    for prompt, target in rows:
+        target = tuple(target)
+        samples.append(
+            Sample("designer", tuple(prompt), target, (1,) * len(target), (0.0,) * len(target), 0.0, 0)
         )
-    batch = Batch()
-    for group in groups:
-        check_group(group, group_size)
-        for sample in group:
-            if max_completion_length is not None and len(sample.completion_ids) > max_completion_length:
-                sample = sample.truncated(max_completion_length)
-                batch.truncated += 1
-            batch.add(sample, False, filler_token_id)
-        for _ in range(group_size - len(group)):
-            batch.add(filler_sample(group[0].role, filler_token_id), True, filler_token_id)
-    while len(batch) < rows:
-        batch.add(filler_sample("agent", filler_token_id), True, filler_token_id)
-    return batch
+    return pad_samples(samples, pad_id)

@@ -1,0 +1,72 @@
+"""What keeps the package installable beside its users' libraries: the core depends on ranges of
+transformers and accelerate and not on TRL at all; nothing under src/ imports TRL outside interop/, and
+nothing reads a private name of a transformers, TRL, accelerate or peft object or module."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "spade_rl"
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+LIBRARIES = ("transformers", "accelerate", "trl", "peft")
+
+
+def requirement(name: str, requirements: list[str]) -> str | None:
+    for line in requirements:
+        if re.match(rf"{name}\s*[=<>!~\[]", line) or line.strip() == name:
+            return line
+    return None
+
+
+def test_the_core_depends_on_ranges_and_not_on_trl():
+    core = PROJECT["dependencies"]
+    for name in ("transformers", "accelerate"):
+        line = requirement(name, core)
+        assert line is not None and "==" not in line and "<" in line and ">=" in line, line
+    assert requirement("trl", core) is None
+    assert requirement("trl", PROJECT["optional-dependencies"]["trl"]) is not None
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py"))
+
+
+def test_only_interop_imports_trl():
+    offenders = []
+    for path in python_files(SRC):
+        if path.relative_to(SRC).parts[0] == "interop":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "trl"]
+    assert offenders == []
+
+
+def test_no_private_name_of_the_libraries_is_read():
+    """No ``from <library>... import _x``, no ``<library>._x`` module path, and no ``._x`` attribute read or
+    written on a name that holds one of their objects (models, configs, trainers, accelerators, tokenizers
+    are the names this code gives them)."""
+    holders = re.compile(r"\b(model|config|trainer|accelerator|tokenizer|peft_model|args|state)\._[a-zA-Z]")
+    offenders = []
+    for path in python_files(SRC):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in LIBRARIES:
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private or any(part.startswith("_") for part in node.module.split(".")):
+                    offenders.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} from {node.module} import {private}"
+                    )
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#")[0]
+            if holders.search(code) or re.search(rf"\b({'|'.join(LIBRARIES)})(\.\w+)*\._[a-zA-Z]", code):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
