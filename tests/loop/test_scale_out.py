@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -173,12 +174,17 @@ def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
             "policy.servers.weight_sync='disk'",
             "policy.servers.sync_dir='/tmp/x'",
             "warmup.designs=0",
+            "train.offload_optimizer=false",
         ],
     )
     inference_only = load_config(None, ["policy.backend='servers'", "warmup.designs=0"])
     Processes().check(inference_only)  # one process: anything goes
     Processes(world_size=2, sharding="none").check(transformers)  # DDP: generate in process
     Processes(world_size=2, sharding="fsdp").check(servers)
+    with pytest.raises(ConfigError, match=r"offload_optimizer = false under FSDP"):
+        Processes(world_size=2, sharding="fsdp").check(
+            replace(servers, train=replace(servers.train, offload_optimizer=True))
+        )
     with pytest.raises(ConfigError, match=r"FSDP shards the weights.*policy.backend = 'servers'"):
         Processes(world_size=2, sharding="fsdp").check(transformers)
     with pytest.raises(ConfigError, match=r"DeepSpeed launches are not supported.*FSDP2.*DDP"):
