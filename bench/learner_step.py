@@ -14,9 +14,12 @@ learner is this checkout's. Two steps of what a default iteration hands the upda
   about 500 tokens, a quarter of the completion the model's);
 - ``one group``: the agent group alone (the updater lays it out as 16 rows, 8 of them filler).
 
-Each step runs once as a warm-up, then ``--repeats`` timed times. Prints the median seconds per step and
-per signal-carrying row (rows with a trained token and a non-zero advantage), each side's peak resident
-memory (the process's ru_maxrss, model load included), and the learner's ratios to the baseline.
+First both sides take the same first step on the ``full`` rows from the same weights: the parent compares
+the two weight changes (``||learner - updater|| / ||updater||``: the same update up to float rounding, or
+not). Then each step runs once as a warm-up, then ``--repeats`` timed times. Prints the median seconds
+per step and per signal-carrying row (rows with a trained token and a non-zero advantage), each side's
+peak resident memory (the process's ru_maxrss, model load included), and the learner's ratios to the
+baseline.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ if hasattr(train, "Learner"):
 else:
     learner = train.GRPOUpdater(model, tokenizer, config); call = learner.update
 out = {}
+# The same first step on both sides: the weights after it, for the parent to compare.
+before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+first = call(steps["full"])
+out["first_loss"], out["first_grad_norm"] = first["train/loss"], first["train/grad_norm"]
+torch.save({k: (v.detach() - before[k]) for k, v in model.state_dict().items()}, args["delta"])
+del before
 for name, samples in steps.items():
     call(samples)  # warm-up
     times = []
@@ -92,14 +101,24 @@ def signal_rows(samples: list[dict]) -> int:
     return sum(1 for s in samples if s["advantage"] != 0 and any(s["completion_mask"]))
 
 
-def run_side(source: Path, rows_file: Path, repeats: int) -> dict:
+def run_side(source: Path, rows_file: Path, repeats: int, delta: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(source / "src"), "TOKENIZERS_PARALLELISM": "false"}
-    arguments = json.dumps({"rows": str(rows_file), "repeats": repeats})
+    arguments = json.dumps({"rows": str(rows_file), "repeats": repeats, "delta": str(delta)})
     done = subprocess.run([sys.executable, "-c", DRIVER, arguments], capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"the run from {source} failed:\n{done.stderr[-3000:]}")
     [line] = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))
+
+
+def step_difference(before: Path, after: Path) -> float:
+    """How far the learner's first step is from the updater's, relative to the updater's."""
+    import torch
+
+    one, two = torch.load(before), torch.load(after)
+    diff = sum(float((two[k] - one[k]).double().pow(2).sum()) for k in one)
+    size = sum(float(one[k].double().pow(2).sum()) for k in one)
+    return (diff / size) ** 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         add = [*git, "add", "--detach", str(baseline), args.baseline_rev]
         subprocess.run(add, check=True, capture_output=True)
         try:
-            before = run_side(baseline, rows_file, args.repeats)
+            before = run_side(baseline, rows_file, args.repeats, Path(scratch) / "delta-before.pt")
         finally:
             subprocess.run([*git, "remove", "--force", str(baseline)], check=False)
-        after = run_side(ROOT, rows_file, args.repeats)
+        after = run_side(ROOT, rows_file, args.repeats, Path(scratch) / "delta-after.pt")
+        difference = step_difference(Path(scratch) / "delta-before.pt", Path(scratch) / "delta-after.pt")
     print(f"baseline: the updater at {args.baseline_rev}; learner: this checkout; median of {args.repeats}")
     print(f"  (imported from {before['package']} and {after['package']})")
     for name, samples in steps.items():
@@ -129,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<10} {n:>2} signal rows: updater {b:6.1f} s ({b / n:5.2f} s/row), "
             f"learner {a:6.1f} s ({a / n:5.2f} s/row), learner / updater x{a / b:.2f}"
         )
+    print(
+        f"the first step: loss updater {before['first_loss']:.6g}, learner {after['first_loss']:.6g}; "
+        f"grad norm updater {before['first_grad_norm']:.6g}, learner {after['first_grad_norm']:.6g}"
+    )
+    print(
+        f"the first step's weight change: ||learner - updater|| / ||updater|| = {difference:.2e} "
+        "(float rounding: about 1e-3 or less; a lost row or a changed normaliser: of order 1)"
+    )
     b, a = before["peak_mib"], after["peak_mib"]
     print(f"peak RSS: updater {b:.0f} MiB, learner {a:.0f} MiB, learner / updater x{a / b:.2f}")
     return 0
