@@ -141,11 +141,8 @@ def trainer_weights(learner: Learner) -> Iterator[tuple[list[TensorSpec], Iterat
     Under FSDP2 each parameter is a DTensor, all-gathered with ``full_tensor()`` as it is read: a
     collective, so every process must consume the stream. FSDP1 is refused (its per-module traversal is not
     implemented here), and so is LoRA under FSDP (merging an adapter into sharded weights)."""
-    from accelerate.utils import DistributedType
-
-    accelerator = learner.accelerator  # None in a single process
-    fsdp = accelerator is not None and accelerator.distributed_type == DistributedType.FSDP
-    if fsdp and getattr(accelerator.state.fsdp_plugin, "fsdp_version", 1) == 1:
+    fsdp = learner.fsdp
+    if fsdp and getattr(learner.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 1:
         raise ConfigError(
             "weight sync under FSDP1 is not supported: use fsdp_version: 2 (configs/accelerate)"
         )

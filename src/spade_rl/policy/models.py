@@ -418,8 +418,8 @@ def _from_hub(repo_id: str, patterns: tuple[str, ...]) -> Path:
 
 def checkpointing_enable(model: Any, kwargs: dict | None = None) -> None:
     """Turn activation checkpointing on for every decoder layer of ``model`` (``kwargs`` for
-    ``torch.utils.checkpoint``), by the public name the installed transformers has: 5.x since the rename
-    calls it ``activation_checkpointing_enable``, earlier releases ``gradient_checkpointing_enable``."""
+    ``torch.utils.checkpoint``), by the public name the installed transformers has: 5.23 and later call it
+    ``activation_checkpointing_enable``, earlier releases ``gradient_checkpointing_enable``."""
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable(**{_checkpointing_kwargs_name(enable): kwargs})
 

@@ -20,9 +20,9 @@ as the loss. Both run through the same model call and the same optimiser step.
 
 **The model.** The learner trains the very model object it is given: an in-process policy generates with
 the new weights at once (with LoRA, peft injects the adapter layers into that model). Dropout is set to 0
-(ratios of exactly 1 on-policy). bf16 autocast computes in bfloat16 with float32 master weights; a model
-whose weights are themselves bfloat16 or float16 is refused for full fine-tuning (an AdamW step of lr 1e-6
-rounds to nothing there): load it in float32, or train LoRA. Activation checkpointing is on for every pass
+(ratios of exactly 1 on-policy). bf16 autocast computes in bfloat16 with float32 master weights; full
+fine-tuning of weights that are themselves bfloat16 or float16 is warned about (an AdamW step of lr 1e-6
+rounds to nothing there): load them in float32, or train LoRA. Activation checkpointing is on for every pass
 (``gradient_checkpointing``) or for micro-batches wider than ``checkpoint_rows_longer_than`` tokens.
 
 **Old log-probabilities.** ``old_logprobs = "sampling"``: the importance ratio is pi_theta / pi_sampler
@@ -376,26 +376,20 @@ class Learner(BaseLearner):
     def _reference_logps(self, micro: TokenBatch) -> torch.Tensor:
         """The reference policy's log-probs of the micro-batch's trained tokens (for the KL term): a frozen
         copy of the model as the learner got it, or with LoRA the model without its adapter."""
-        with torch.no_grad():
-            if self.reference is not None:
-                head = self.reference.get_output_embeddings()
-                return trained_logps(
-                    self.reference,
-                    micro,
-                    self.config.temperature,
-                    head=head,
-                    head_fp32=self.head_fp32,
-                    autocast=self._autocast(),
-                ).logps
-            with self.raw_model.disable_adapter():
-                return trained_logps(
-                    self.raw_model,
-                    micro,
-                    self.config.temperature,
-                    head=self.head,
-                    head_fp32=self.head_fp32,
-                    autocast=self._autocast(),
-                ).logps
+        if self.reference is not None:
+            model, head, adapter_off = self.reference, self.reference.get_output_embeddings(), None
+        else:
+            model, head, adapter_off = self.raw_model, self.head, self.raw_model.disable_adapter()
+        with torch.no_grad(), adapter_off or contextlib.nullcontext():
+            scored = trained_logps(
+                model,
+                micro,
+                self.config.temperature,
+                head=head,
+                head_fp32=self.head_fp32,
+                autocast=self._autocast(),
+            )
+        return scored.logps
 
     def _autocast(self) -> Any:
         if not self.bf16:
@@ -411,7 +405,9 @@ class Learner(BaseLearner):
         with self.accelerator.no_sync(self.model):
             yield
 
-    def _fsdp(self) -> bool:
+    @property
+    def fsdp(self) -> bool:
+        """Whether accelerate shards the model with FSDP (its weights are DTensors then)."""
         from accelerate.utils import DistributedType
 
         return self.accelerator is not None and self.accelerator.distributed_type == DistributedType.FSDP
@@ -548,7 +544,7 @@ class Learner(BaseLearner):
                 f"{self.processes}: resume it with as many"
             )
         self._offload.discard()  # whatever was parked is replaced by the checkpoint's state
-        _load_weights(self.raw_model, path / "model", self.config.use_lora, self._fsdp())
+        _load_weights(self.raw_model, path / "model", self.config.use_lora, self.fsdp)
         suffix = f".rank{self.process_index}" if self.processes > 1 else ""
         self.optimizer.load_state_dict(torch.load(path / f"optimizer{suffix}.pt", map_location=self.device))
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt"))
