@@ -86,7 +86,7 @@ def eval_(
             console.print(f"running suite {name} ...")
         else:
             sampled = f", pass@k {pass_text(result.pass_at_k)}" if result.samples else ""
-            console.print(f"  {name}: {result.correct}/{result.n} correct{sampled} ({result.seconds:.0f} s)")
+            console.print(f"  {name}: {result.summary()}{sampled} ({result.seconds:.0f} s)")
 
     try:
         with Sandbox(SandboxConfig()) as sandbox:
@@ -142,3 +142,9 @@ def _eval_compare(path_a: Path, path_b: Path) -> None:
     console.print(compare_table(rows, a, b))
     if not all(row.comparable for row in rows):
         console.print("[yellow]some rows are not comparable: their differences are not tested[/]")
+    left_out = sum(row.left_out for row in rows if row.category is None)
+    if left_out:
+        console.print(
+            f"[yellow]{left_out} item(s) left out of the comparison: errors (their checker or environment "
+            "failed) on one side or both[/]"
+        )

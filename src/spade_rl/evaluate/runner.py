@@ -100,13 +100,7 @@ def run_eval(
         log.info("evaluating suite %s", suite.name)
         suite_result = run_suite(suite, policy, ctx)
         result.suites[suite.name] = suite_result
-        log.info(
-            "suite %s: %d/%d correct in %.0f s",
-            suite.name,
-            suite_result.correct,
-            suite_result.n,
-            suite_result.seconds,
-        )
+        log.info("suite %s: %s in %.0f s", suite.name, suite_result.summary(), suite_result.seconds)
         if on_suite is not None:
             on_suite(suite.name, suite_result)
     result.seconds = time.perf_counter() - started

@@ -10,9 +10,12 @@ d-th run with ``ctx.draw = d``: the items are the same in every run (selection d
 alone) and only the generation seeds change. With ``ctx.greedy`` it is run once more at temperature 0
 first. The runs are merged item by item (their ids must agree): each item keeps its own result from the
 greedy run (or, without one, from the first sample) and gains ``samples``, the (correct, score) pair of
-every sampled run. The suite's metrics, options and responses are those of that same run; its pass@k
-(k = 1, 2, 4, ... and N) and its mean accuracy over the samples are derived from the pairs
-(:class:`~spade_rl.evaluate.base.SuiteResult`), per category too (Reasoning Gym's families).
+every sampled run in which it was scored; a run in which it was an error (its checker or environment
+failed: :mod:`spade_rl.evaluate.base`) is counted in ``sample_errors`` instead and left out, so an item
+has fewer than N samples then and pass@k stops at the fewest any item has. The suite's metrics, options
+and responses are those of that same run; its pass@k (k = 1, 2, 4, ... and N) and its mean accuracy
+over the samples are derived from the pairs (:class:`~spade_rl.evaluate.base.SuiteResult`), per
+category too (Reasoning Gym's families).
 
 pass@k is the probability that at least one of k samples drawn without replacement from an item's n is
 correct, the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code",
@@ -124,7 +127,8 @@ def run_suite(suite: Suite, policy: Policy, ctx: EvalContext) -> SuiteResult:
 
 
 def merge_samples(greedy: SuiteResult | None, runs: Sequence[SuiteResult]) -> SuiteResult:
-    """The items of ``greedy`` (or of the first run) with the (correct, score) of every run as samples.
+    """The items of ``greedy`` (or of the first run) with the (correct, score) of every run that scored
+    them as samples, and the number of runs in which they were errors as ``sample_errors``.
     Raises ``ValueError`` when the runs do not hold the same items in the same order (a suite whose item
     selection depends on more than the seed: a bug)."""
     if not runs:
@@ -138,9 +142,10 @@ def merge_samples(greedy: SuiteResult | None, runs: Sequence[SuiteResult]) -> Su
                 f"{'greedy run' if greedy is not None else 'first run'}; its item selection must depend "
                 "on the evaluation seed only"
             )
-    items = [
-        replace(item, samples=[(run.items[i].correct, run.items[i].score) for run in runs])
-        for i, item in enumerate(primary.items)
-    ]
+    items = []
+    for i, item in enumerate(primary.items):
+        drawn = [run.items[i] for run in runs]
+        samples = [(d.correct, d.score) for d in drawn if not d.error]
+        items.append(replace(item, samples=samples, sample_errors=len(drawn) - len(samples)))
     seconds = sum(run.seconds for run in runs) + (greedy.seconds if greedy is not None else 0.0)
     return replace(primary, items=items, seconds=seconds)

@@ -11,7 +11,7 @@ from rich.table import Table
 from spade_rl.evaluate.results import CompareRow, EvalResult
 
 # The metrics shown beside each suite's accuracy (the rest stay in the JSON).
-HEADLINE = ("mean_score", "no_answer_rate", "mean_return", "mean_turns", "env_errors", "scorer_errors")
+HEADLINE = ("mean_score", "no_answer_rate", "mean_return", "mean_turns")
 
 
 def _pct(value: float | None) -> str:
@@ -36,20 +36,22 @@ def _accuracy_heading(result: EvalResult) -> str:
 
 
 def results_table(result: EvalResult) -> Table:
-    """One row per suite: items, accuracy with its 95% Wilson interval, headline metrics, time; a sampled
+    """One row per suite: items, correct of scored, errors (items whose checker or environment failed),
+    accuracy over the scored items with its 95% Wilson interval, headline metrics, time; a sampled
     evaluation adds the mean accuracy over samples and pass@k."""
     title = f"{result.model} ({result.backend}), seed {result.seed}, limit {result.limit or 'none'}"
     sampled = result.samples is not None
     if sampled:
         title += f", {result.samples['n']} samples at temperature {result.samples.get('temperature')}"
     table = Table(title=title)
-    columns = ["suite", "version", "n", "correct", _accuracy_heading(result), "95% CI"]
+    columns = ["suite", "version", "n", "correct/scored", "errors", _accuracy_heading(result), "95% CI"]
     columns += ["sample accuracy %", "pass@k %"] if sampled else []
     for column in [*columns, "metrics", "seconds"]:
         table.add_column(column, overflow="fold")
     for name, suite in result.suites.items():
         metrics = ", ".join(f"{k} {suite.metrics[k]:.3g}" for k in HEADLINE if k in suite.metrics)
-        cells = [name, suite.version, str(suite.n), str(suite.correct), _pct(suite.accuracy), _ci(suite.ci)]
+        cells = [name, suite.version, str(suite.n), f"{suite.correct}/{suite.scored}", _errors(suite.errors)]
+        cells += [_pct(suite.accuracy), _ci(suite.ci)]
         if sampled:
             cells += [_pct(suite.sample_accuracy), pass_text(suite.pass_at_k)]
         table.add_row(*cells, metrics, f"{suite.seconds:.0f}")
@@ -57,14 +59,14 @@ def results_table(result: EvalResult) -> Table:
 
 
 def categories_table(result: EvalResult) -> Table:
-    """Accuracy per category (``detail["category"]``) of every suite that has categories (Reasoning Gym:
-    math, algorithmic, cognition, logic), with pass@k when sampled."""
+    """Accuracy over the scored items per category (``detail["category"]``) of every suite that has
+    categories (Reasoning Gym: math, algorithmic, cognition, logic), its errors, and pass@k when sampled."""
     from spade_rl.evaluate.base import ItemResult, wilson_interval
     from spade_rl.evaluate.sampled import pass_at_k_of, sample_means
 
     sampled = result.samples is not None
     table = Table(title="per category")
-    columns = ["suite", "category", "n", _accuracy_heading(result), "95% CI"]
+    columns = ["suite", "category", "n", "errors", _accuracy_heading(result), "95% CI"]
     for column in columns + (["sample accuracy %", "pass@k %"] if sampled else []):
         table.add_column(column)
     for name, suite in result.suites.items():
@@ -74,8 +76,11 @@ def categories_table(result: EvalResult) -> Table:
             if isinstance(category, str):
                 groups.setdefault(category, []).append(item)
         for category, items in groups.items():
-            n, correct = len(items), sum(i.correct for i in items)
-            cells = [name, category, str(n), _pct(correct / n), _ci(wilson_interval(correct, n))]
+            scored = [i for i in items if not i.error]
+            correct = sum(i.correct for i in scored)
+            accuracy = correct / len(scored) if scored else None
+            cells = [name, category, str(len(items)), _errors(len(items) - len(scored)), _pct(accuracy)]
+            cells.append(_ci(wilson_interval(correct, len(scored))))
             if sampled:
                 means = sample_means(items)
                 cells += [_pct(None if means is None else means[0]), pass_text(pass_at_k_of(items))]
@@ -84,7 +89,8 @@ def categories_table(result: EvalResult) -> Table:
 
 
 def compare_table(rows: list[CompareRow], a: EvalResult, b: EvalResult) -> Table:
-    """Side by side: A and B with their intervals, the difference, the test and its verdict."""
+    """Side by side: A and B with their intervals (over the scored items, paired ones when the test is
+    paired), the difference, the test and its verdict, and how many items errors left out."""
     table = Table(title=f"A = {a.model} ({a.created})   B = {b.model} ({b.created})")
     columns = ("suite", "category", "n A", "A %", "A 95% CI", "n B", "B %", "B 95% CI", "B - A", "p")
     columns += ("verdict",)
@@ -102,6 +108,8 @@ def compare_table(rows: list[CompareRow], a: EvalResult, b: EvalResult) -> Table
             verdict = f"[bold]{'better' if (row.diff or 0) > 0 else 'worse'}[/] ({_test_name(row.test)})"
         else:
             verdict = f"within noise ({_test_name(row.test)})"
+        if row.left_out and row.comparable and row.p_value is not None:
+            verdict += f"; [yellow]{row.left_out} left out for errors[/]"
         extra = [_pass_change(row)] if sampled else []
         table.add_row(
             row.suite if row.category is None else "",
@@ -128,6 +136,10 @@ def _pass_change(row: CompareRow) -> str:
     parts = [f"pass@{k} {_pct(a[k])} -> {_pct(b[k])} ({100 * (b[k] - a[k]):+.1f})" for k in a if k in b]
     text = ", ".join(parts) or "no common k"
     return f"[yellow]{text}; not comparable: {row.pass_note}[/]" if row.pass_note else text
+
+
+def _errors(count: int) -> str:
+    return f"[yellow]{count}[/]" if count else "0"
 
 
 def _test_name(test: str) -> str:
