@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (see the README, Evaluate)")
 
-from spade_rl.evaluate import EvalContext, get_suite
+from spade_rl.evaluate import EvalContext, bfcl, get_suite
 from spade_rl.evaluate._bfcl_data import (
     AST_CATEGORIES,
     CATEGORIES,
@@ -21,9 +21,10 @@ from spade_rl.evaluate._bfcl_data import (
     load_category,
 )
 from spade_rl.evaluate._bfcl_parse import MAX_CALLS, parse_tool_calls
+from spade_rl.evaluate.base import SuiteResult
 from spade_rl.evaluate.bfcl import BFCLSuite, select
 from spade_rl.policy import FakePolicy, SamplingSettings, default_tokenizer
-from spade_rl.sandbox import Sandbox, SandboxConfig
+from spade_rl.sandbox import CallResult, Sandbox, SandboxConfig, Status
 
 LONG = SamplingSettings(max_new_tokens=1 << 20, temperature=0.0)  # the fake's answers are never cut
 
@@ -299,6 +300,7 @@ def test_garbage_is_scored_and_never_reaches_the_host(pool):
         )
         assert len(results) == len(entries), number
         assert not any(r.correct for r in results), number
+        assert not any(r.error for r in results), number  # garbage is a wrong answer, never an error
         assert all(len(r.response) < 3000 for r in results)
         json.dumps([r.to_dict() for r in results])  # the result file can hold them
     assert not TOUCHED.exists()
@@ -309,6 +311,87 @@ def test_irrelevance_counts_undecodable_text_as_no_call(pool):
     for text in ("", "<tool_call>{broken</tool_call>", "no tool fits"):
         results = BFCLSuite().run_entries(FakePolicy(lambda chat, text=text: text), ctx_for(pool), entries)
         assert all(r.correct for r in results)
+
+
+# --- errors: the checker or the simulated APIs failed, not the model --------------------------------
+def test_a_checker_that_raises_makes_an_error_not_a_wrong_answer(pool, monkeypatch):
+    """BFCL's AST checker raising (here on one entry's calls) gives no verdict: that entry is an error,
+    left out of the accuracy; the others are scored."""
+    raising = bfcl.AST_SOURCE.replace(
+        "            verdict = ast_checker(",
+        "            if 'boom' in action:\n"
+        "                raise RuntimeError('the checker broke')\n"
+        "            verdict = ast_checker(",
+    )
+    assert raising != bfcl.AST_SOURCE
+    monkeypatch.setattr(bfcl, "AST_SOURCE", raising)
+    entries = select(load_category("simple_python"), 3, 0, "simple_python")
+
+    def answer(entry, turn, answered):
+        calls = ground_truth_calls(entry)
+        if entry is entries[0]:
+            calls[0]["arguments"]["boom"] = 1  # a wrong call, which the broken checker cannot judge
+        return tagged(calls)
+
+    results = BFCLSuite().run_entries(replay_policy(entries, answer), ctx_for(pool), entries)
+    broken, *scored = results
+    assert broken.error.startswith('["the checker raised RuntimeError: the checker broke')
+    assert broken.detail["reason"] == "checker_error" and not broken.correct
+    assert all(r.correct and not r.error for r in scored)
+    suite = SuiteResult("bfcl", "v", results)
+    assert (suite.errors, suite.scored, suite.accuracy) == (1, 2, 1.0)
+
+
+def test_simulated_apis_that_fail_make_errors(pool, monkeypatch):
+    """The simulated APIs raising when they execute the model's calls end the episode as an error."""
+    raising = bfcl.MULTI_TURN_SOURCE.replace(
+        '        if request.get("op") == "execute":\n',
+        '        if request.get("op") == "execute":\n'
+        '            raise RuntimeError("the simulated APIs broke")\n',
+    )
+    assert raising != bfcl.MULTI_TURN_SOURCE
+    monkeypatch.setattr(bfcl, "MULTI_TURN_SOURCE", raising)
+    entries = [
+        e for e in select(load_category("multi_turn_base"), 6, 0, "multi_turn_base") if e.possible_answer[0]
+    ]
+    results = BFCLSuite().run_entries(replay_policy(entries[:2], ground_truth), ctx_for(pool), entries[:2])
+    assert len(results) == 2
+    for result in results:
+        assert result.detail["stop"].startswith("env_error") and not result.correct
+        assert (
+            result.error.startswith("BFCL's simulated APIs failed: ")
+            and "the simulated APIs broke" in result.error
+        )
+
+
+@pytest.mark.parametrize(
+    "result, wrong_answer",
+    [
+        (CallResult(Status.TIMEOUT, reason="timeout", error="past 10 s"), True),  # the calls kept it busy
+        (CallResult(Status.MEMORY, reason="memory", error="out of memory"), True),
+        (CallResult(Status.CRASHED, reason="crashed", error="signal 11"), False),
+        (CallResult(Status.TIMEOUT, reason="not_opened_timeout", error="load timed out"), False),  # never ran
+        (CallResult(Status.WORKER_LOST, reason="worker_lost"), False),
+        (CallResult(Status.OK, ["not json", 0.0, True, False, {}]), False),
+        (
+            CallResult(
+                Status.OK,
+                [json.dumps({"valid": False, "error_type": "checker_exception"}), 0.0, True, False, {}],
+            ),
+            False,
+        ),
+        (
+            CallResult(
+                Status.OK, [json.dumps({"valid": False, "error_type": "type_error"}), 0.0, True, False, {}]
+            ),
+            True,
+        ),
+    ],
+)
+def test_checker_outcomes_are_wrong_answers_or_errors(result, wrong_answer):
+    valid, detail, error = bfcl._ast_verdict(result)
+    assert not valid and detail["reason"]
+    assert (error == "") is wrong_answer, (detail, error)
 
 
 def test_parser_reads_the_convention_and_rejects_the_rest():

@@ -38,7 +38,7 @@ def test_solution_player_wins_every_reference_episode(pool, tokenizer):
     assert result.n == 2 * len(reference.NAMES)
     assert [i.id for i in result.items if not i.correct] == []
     assert result.accuracy == 1.0 and result.metrics["win_rate"] == 1.0
-    assert result.metrics["mean_return"] == 1.0 and result.metrics["env_errors"] == 0
+    assert result.metrics["mean_return"] == 1.0 and result.errors == 0
     assert {i.detail["category"] for i in result.items} == set(reference.NAMES)
     assert all(result.metrics[f"win_rate/{name}"] == 1.0 for name in reference.NAMES)
     assert result.items[0].id == "guess/seed=0" and result.items[1].id == "guess/seed=1"
@@ -55,7 +55,7 @@ def test_garbage_loses_every_episode(pool, tokenizer, garbage):
     suite = EnvsSuite(max_turns=4)
     result = suite.run(FakePolicy(lambda chat: garbage, tokenizer=tokenizer), _ctx(pool, limit=1))
     assert result.n == len(reference.NAMES)
-    assert result.correct == 0 and result.metrics["mean_return"] == 0.0
+    assert result.correct == 0 and result.errors == 0 and result.metrics["mean_return"] == 0.0
     assert all(i.detail["stop_reason"] in ("truncated", "max_turns", "context") for i in result.items)
 
 
@@ -113,7 +113,9 @@ def _archive(tmp_path):
     return path, ids
 
 
-def test_broken_archive_environments_are_failures_not_crashes(pool, tokenizer, tmp_path):
+def test_broken_archive_environments_are_errors_not_crashes(pool, tokenizer, tmp_path):
+    """An environment that hangs, raises or breaks the contract makes its episodes errors (not lost
+    episodes): counted, and left out of the win rate, which is over the episodes that were played."""
     _, (hang, crash, guess, liar) = _archive(tmp_path)
     suite = EnvsSuite(source=str(tmp_path), call_timeout_s=0.5, max_turns=3)
     result = suite.run(FakePolicy(lambda chat: "\\boxed{0}", tokenizer=tokenizer), _ctx(pool, limit=2))
@@ -126,10 +128,49 @@ def test_broken_archive_environments_are_failures_not_crashes(pool, tokenizer, t
         for item in by_env[f"env{env_id}"]:
             assert item.detail["stop_reason"] == "env_error" and item.detail["error"]
             assert not item.correct and item.score == 0.0
+            assert item.error.startswith("the environment failed: ")
     assert "timeout" in by_env[f"env{hang}"][0].detail["error"]
     assert "broken on purpose" in by_env[f"env{crash}"][0].detail["error"]
     assert all(i.detail["stop_reason"] == "max_turns" for i in by_env[f"env{guess}"])  # played normally
-    assert result.metrics["env_errors"] == 6.0
+    assert (result.errors, result.scored) == (6, 2) and result.summary() == "0/2 correct, 6 errors"
+    assert result.metrics["win_rate"] == 0.0 and set(result.metrics) >= {f"win_rate/env{guess}"}
+    assert f"win_rate/env{hang}" not in result.metrics  # no episode of it was scored
+
+
+RAISES_ON_ACTION = """
+class TouchyEnv:
+    def reset(self, seed=None):
+        return f"Round {seed}. Say win.", {}
+    def step(self, action):
+        if "boom" in action:
+            raise ValueError("cannot handle this action")
+        won = "win" in action
+        return ("right" if won else "wrong"), (1.0 if won else 0.0), True, False, {}
+    def solution(self):
+        return ["win"]
+"""
+
+
+def test_an_environment_that_raises_on_the_action_makes_an_error(pool, tokenizer, tmp_path):
+    """An environment whose step raises on the agent's action: that episode is an error, not a lost
+    episode; the win rate and accuracy are over the episodes it judged."""
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        env_id = archive.add(
+            RAISES_ON_ACTION, valid=True, reason="ok", skill="test", setting="games", iteration=1
+        ).env_id
+    replies = {"Round 0.": "\\boxed{boom}", "Round 1.": "\\boxed{win}", "Round 2.": "\\boxed{lose}"}
+
+    def reply(chat):
+        return next(text for start, text in replies.items() if start in chat[-1]["content"])
+
+    suite = EnvsSuite(source=str(tmp_path), max_turns=2)
+    result = suite.run(FakePolicy(reply, tokenizer=tokenizer), _ctx(pool, limit=3))
+    broken, won, lost = result.items
+    assert broken.detail["stop_reason"] == "env_error" and "cannot handle this action" in broken.error
+    assert not broken.correct and won.correct and not won.error and not lost.correct and not lost.error
+    assert (result.errors, result.scored, result.correct, result.accuracy) == (1, 2, 1, 0.5)
+    assert result.metrics["win_rate"] == 0.5 and result.metrics[f"win_rate/env{env_id}"] == 0.5
+    assert result.metrics["mean_return"] == 0.5 and result.metrics["mean_turns"] == 1.0
 
 
 def test_jsonl_pool_and_id_selection(pool, tokenizer, tmp_path):

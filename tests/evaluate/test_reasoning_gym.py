@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from reasoning_gym.factory import DATASETS
 
-from spade_rl.evaluate.base import GREEDY, EvalContext
+from spade_rl.evaluate import reasoning_gym_suite as rg
+from spade_rl.evaluate.base import GREEDY, EvalContext, SuiteResult
 from spade_rl.evaluate.reasoning_gym_suite import FAMILIES, ReasoningGymSuite, normalise
 from spade_rl.policy import FakePolicy
 
@@ -128,7 +129,7 @@ def test_garbage_is_scored_not_crashed(pool):
     texts = iter(GARBAGE * 2)
     result = suite.run(FakePolicy(lambda chat: next(texts)), ctx)
     assert result.n == 2 * len(GARBAGE)
-    assert result.correct == 0
+    assert result.correct == 0 and result.errors == 0  # garbage is a wrong answer, never an error
     assert all(0.0 <= i.score <= 1.0 for i in result.items)
     assert all(len(i.response) <= 2100 for i in result.items)
     random_bytes = bytes(rng.randrange(256) for _ in range(400)).decode("latin-1")
@@ -138,8 +139,9 @@ def test_garbage_is_scored_not_crashed(pool):
 
 @pytest.mark.slow
 def test_a_hanging_scorer_is_killed_and_scoring_goes_on(pool):
-    """coin_flip's scorer computes Fraction("1e999999999"), which never finishes: the item is scored 0
-    with the reason, the worker is replaced, and the next items are scored normally."""
+    """coin_flip's scorer computes Fraction("1e999999999"), which never finishes: the answer drove the
+    scorer past its deadline, so the item is a wrong answer (not an error) with the reason, the worker is
+    replaced, and the next items are scored normally."""
     suite = ReasoningGymSuite(**{**NO_FAMILIES, "math": ("coin_flip",)}, score_timeout_s=1.0)
     ctx = _ctx(pool, limit=3)
     items = suite.items(ctx)
@@ -151,9 +153,41 @@ def test_a_hanging_scorer_is_killed_and_scoring_goes_on(pool):
     )
     result = suite.run(policy, ctx)
     assert [i.correct for i in result.items] == [False, True, True]
-    assert result.items[0].detail["reason"] == "scorer_error"
+    assert result.items[0].detail["reason"] == "scorer_limit"
     assert "timeout" in result.items[0].detail["error"]
-    assert result.metrics["scorer_errors"] == 1.0
+    assert result.errors == 0 and result.scored == 3 and not result.items[0].error
+
+
+def test_a_scorer_that_raises_makes_an_error_not_a_wrong_answer(pool, monkeypatch):
+    """The real sandboxed scorer, with a task scorer that raises on one answer: that item is an error
+    (counted, left out of accuracy and of the metrics), the others are scored as usual."""
+    raising = rg.SCORER_SOURCE.replace(
+        "            score = float(self._datasets[key].score_answer(",
+        "            if request['answer'] == 'boom':\n"
+        "                raise KeyError('the scorer broke')\n"
+        "            score = float(self._datasets[key].score_answer(",
+    )
+    assert raising != rg.SCORER_SOURCE
+    monkeypatch.setattr(rg, "SCORER_SOURCE", raising)
+    suite = ReasoningGymSuite(**{**NO_FAMILIES, "math": ("basic_arithmetic",)})
+    ctx = _ctx(pool, limit=3)
+    items = suite.items(ctx)
+    answers = {
+        items[0]["entry"]["question"]: "boom",
+        items[1]["entry"]["question"]: items[1]["entry"]["answer"],
+    }
+    result = suite.run(
+        _answering(suite, ctx, lambda item: _boxed(answers.get(item["entry"]["question"], "x"))), ctx
+    )
+    broken, right, wrong = result.items
+    assert broken.error.startswith("KeyError") and "the scorer broke" in broken.error
+    assert broken.detail["reason"] == "scorer_error" and not broken.correct
+    assert right.correct and not right.error and not wrong.correct and not wrong.error
+    assert (result.n, result.scored, result.errors, result.correct) == (3, 2, 1, 1)
+    assert result.accuracy == 0.5 and result.summary() == "1/2 correct, 1 error"
+    assert result.metrics["mean_score"] == 0.5 and result.metrics["accuracy/math"] == 0.5
+    again = SuiteResult.from_dict(result.to_dict())
+    assert again.items[0].error == broken.error and again.accuracy == 0.5
 
 
 def test_answer_tags_format(pool):

@@ -43,7 +43,7 @@ def test_scripted_policies_win_tower_of_hanoi_and_lose_at_garbage(pool, tokenize
         FakePolicy(lambda c: "??", tokenizer=tokenizer), ctx
     )
     assert lost.accuracy == 0.0 and all(i.detail["stop_reason"] == "terminated" for i in lost.items)
-    assert lost.metrics["env_errors"] == 0 and lost.metrics["mean_turns"] == 2  # TextArena allows one error
+    assert lost.errors == 0 and lost.metrics["mean_turns"] == 2  # TextArena allows one invalid move
 
 
 @pytest.mark.slow
@@ -58,5 +58,5 @@ def test_the_tiny_model_plays_textarena_through_the_real_sandbox(pool, tokenizer
         result = suite.run(policy, ctx)
     finally:
         policy.close()
-    assert result.n == 2 and result.metrics["env_errors"] == 0
+    assert result.n == 2 and result.errors == 0
     assert {i.detail["game"] for i in result.items} == {"GuessTheNumber-v0", "FrozenLake-v0"}

@@ -132,7 +132,8 @@ class BfclMultiTurnEnv:
             decoded.append(kept)
         try:
             verdict = multi_turn_checker(decoded, ground_truth, dict(self.entry), self.category, self.session)
-        except Exception as exc:  # noqa: BLE001 - BFCL's checker asserts; a failed assertion fails the entry
+        except Exception as exc:  # noqa: BLE001 - BFCL's checker asserts on its own state; the suite makes
+            # the entry an error (checker_exception), as for any checker that raised
             verdict = {
                 "valid": False,
                 "error_type": "checker_exception",

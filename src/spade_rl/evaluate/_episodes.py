@@ -1,6 +1,13 @@
 """What the suites that play whole episodes (envs, gem, textarena) share: playing them in batches, the item
 of one episode and the metrics of a suite's items. ``key`` names what an item is an episode of ("env" in
-the envs suite, "game" in the external ones); it is the item's category too."""
+the envs suite, "game" in the external ones); it is the item's category too.
+
+Wrong answers and errors (:mod:`spade_rl.evaluate.base`): an episode the agent lost, whatever it
+answered (garbage, nothing, an invalid move the game rejects), or one cut at the turn or context limit,
+is scored: not won. An episode the environment ended by failing (``stop_reason`` "env_error": it did not
+load, its reset or step raised, hung past its deadline or broke the contract, even on the agent's
+action, or the sandbox lost its worker) is an error: the environment must answer any action, so its
+failure says nothing of the agent; it is left out of the win rate and the other metrics."""
 
 from __future__ import annotations
 
@@ -11,8 +18,9 @@ from spade_rl.sandbox import Sandbox
 
 
 def episode_item(episode: Episode, key: str, last_observation: bool = False) -> ItemResult:
-    """One held-out episode as an item: correct when won, scored by its return, its actions as the response.
-    ``episode.spec.tag`` is (label, seed); ``last_observation`` keeps the tail of what the game said last."""
+    """One held-out episode as an item: correct when won, scored by its return, its actions as the response;
+    an error when the environment failed (``stop_reason`` "env_error"). ``episode.spec.tag`` is (label,
+    seed); ``last_observation`` keeps the tail of what the game said last."""
     label, seed = episode.spec.tag
     actions = "\n".join(f"[turn {n}] {turn.action}" for n, turn in enumerate(episode.turns, 1))
     detail = {
@@ -27,11 +35,16 @@ def episode_item(episode: Episode, key: str, last_observation: bool = False) -> 
         detail["last_observation"] = episode.turns[-1].observation[-500:]
     if episode.error:
         detail["error"] = episode.error[:1000]
-    return ItemResult(f"{label}/seed={seed}", episode.won, float(episode.return_), clip(actions), detail)
+    failed = episode.stop_reason == "env_error"
+    error = "the environment failed: " + (episode.error[:1000] or "no reason given") if failed else ""
+    won = episode.won and not failed
+    return ItemResult(f"{label}/seed={seed}", won, float(episode.return_), clip(actions), detail, error=error)
 
 
 def episode_metrics(items: list[ItemResult], key: str, mean_return: bool = False) -> dict[str, float]:
-    """Win rate (overall and per ``key``), mean turns, environment errors; the mean return if asked."""
+    """Win rate (overall and per ``key``) and mean turns over the scored episodes (the errors are counted
+    by the suite's result); the mean return if asked. A ``key`` with no scored episode has no win rate."""
+    items = [i for i in items if not i.error]
     if not items:
         return {}
     n = len(items)
@@ -39,7 +52,6 @@ def episode_metrics(items: list[ItemResult], key: str, mean_return: bool = False
     if mean_return:
         metrics["mean_return"] = sum(i.score for i in items) / n
     metrics["mean_turns"] = sum(i.detail["turns"] for i in items) / n
-    metrics["env_errors"] = float(sum(i.detail["stop_reason"] == "env_error" for i in items))
     groups: dict[str, list[ItemResult]] = {}
     for item in items:
         groups.setdefault(item.detail[key], []).append(item)

