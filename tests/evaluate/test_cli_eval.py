@@ -137,3 +137,64 @@ def test_build_suites_checks_everything_before_running():
     assert suites[0].options["episodes"] == 2
     with pytest.raises(ValueError, match="no suite to run"):
         build_suites([], {})
+
+
+@pytest.fixture
+def gem_missing(monkeypatch):
+    """A registry of envs and gem, with gem's package reported missing (as on an installation without it).
+    The registry is restored whole and in its order (its order is the order suites run and are listed)."""
+    from spade_rl.envs import external
+    from spade_rl.evaluate import base
+
+    saved = dict(base.SUITES)
+    base.SUITES.clear()
+    base.SUITES.update({name: saved[name] for name in ("envs", "gem")})
+    monkeypatch.setattr(external, "installed", lambda package: False)
+    yield
+    base.SUITES.clear()
+    base.SUITES.update(saved)
+
+
+def test_gem_without_its_package_is_unavailable(gem_missing):
+    from spade_rl.evaluate.base import SUITE_INSTALL, SuiteUnavailable, get_suite
+
+    with pytest.raises(SuiteUnavailable, match="suite 'gem' needs the package 'gem', which is not installed"):
+        get_suite("gem")
+    with pytest.raises(SuiteUnavailable, match=r"gem-llm==0\.1\.0"):
+        get_suite("gem", games="game:Sudoku-v0-easy")
+    assert "gem-llm" in SUITE_INSTALL["gem"]
+
+
+def test_eval_without_suite_skips_what_is_not_installed_in_one_line(fake_model, gem_missing, tmp_path):
+    out = tmp_path / "r.json"
+    args = ["eval", "--limit", "1", "--option", "envs.envs=guess", "--option", "envs.max_turns=1"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "skipped" in line]
+    assert lines == [
+        "skipped suites whose packages are not installed: gem (pip install 'spade-rl[gem]' && pip install "
+        "--no-deps gem-llm==0.1.0)"
+    ]
+    assert "running suite envs" in result.output and "envs: 0/1 correct, 0 errors" in result.output
+    assert list(EvalResult.read(out).suites) == ["envs"]
+
+
+def test_a_suite_that_cannot_run_fails_when_asked_for(fake_model, gem_missing):
+    _clean_failure(
+        runner.invoke(app, ["eval", "--suite", "gem"]),
+        "suite 'gem' needs the package 'gem', which is not installed: pip install 'spade-rl[gem]'",
+    )
+    _clean_failure(
+        runner.invoke(app, ["eval", "--option", "gem.episodes=2"]),
+        "options given for suite(s) ['gem'], which cannot run: suite 'gem' needs the package 'gem'",
+    )
+    _clean_failure(runner.invoke(app, ["eval", "--option", "chess.depth=2"]), "unknown suite(s) ['chess']")
+    assert not fake_model  # refused before any model was loaded
+
+
+def test_no_installed_suite_is_a_clean_error(fake_model, gem_missing):
+    from spade_rl.evaluate import base
+
+    del base.SUITES["envs"]  # gem_missing restores the registry
+    _clean_failure(runner.invoke(app, ["eval"]), "no suite can run, every one lacks a package: suite 'gem'")
+    assert not fake_model

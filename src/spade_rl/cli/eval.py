@@ -2,13 +2,16 @@
 held-out evaluation, written as a JSON result; ``spade-rl eval --compare A.json B.json``: two results
 side by side, with significance tests. ``--samples 8 --temperature 0.6`` samples every item 8 times and
 reports pass@k (k = 1, 2, 4, 8) and the mean accuracy over samples beside the greedy accuracy
-(``--no-greedy`` skips the greedy run)."""
+(``--no-greedy`` skips the greedy run). Without ``--suite`` every suite whose packages are installed runs,
+and one line names the others and how to install them; a suite named with ``--suite`` must be installed.
+Items whose checker or environment failed are errors: counted, shown, and left out of accuracy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from spade_rl.cli.common import console, fail
 from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
@@ -19,7 +22,10 @@ def eval_(
         None, "--model", "-m", help="Model name or path (default: SmolLM2-135M)."
     ),
     suites: list[str] = typer.Option(
-        None, "--suite", "-s", help="A suite to run (repeat for more; default: all): reasoning_gym, bfcl, ..."
+        None,
+        "--suite",
+        "-s",
+        help="A suite to run (repeat for more; default: every installed one): reasoning_gym, bfcl, ...",
     ),
     limit: int | None = typer.Option(
         None, "--limit", "-n", min=1, help="At most N items per suite (per task or category)."
@@ -57,23 +63,29 @@ def eval_(
         return
     import time as _time
 
-    from spade_rl.evaluate.base import SUITES, EvalContext
-    from spade_rl.evaluate.runner import build_suites, run_eval
+    from spade_rl.evaluate.base import SUITE_INSTALL, EvalContext
+    from spade_rl.evaluate.runner import build_available_suites, build_suites, run_eval
     from spade_rl.evaluate.sampled import check_samples
     from spade_rl.evaluate.tables import categories_table, pass_text, results_table
     from spade_rl.policy import DEFAULT_MODEL, PolicyConfig, PolicyError, SamplingSettings, make_policy
 
-    names = list(suites or SUITES)
+    skipped: dict[str, str] = {}
     try:
         check_samples(samples, temperature, "-")
         suite_options = _parse_suite_options(options or [])
-        built = build_suites(names, suite_options)
+        if suites:
+            built = build_suites(list(suites), suite_options)
+        else:
+            built, skipped = build_available_suites(suite_options)
         sampling = SamplingSettings(
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, logprobs=False
         )
         config = PolicyConfig(backend=backend, model=model, seed=seed)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if skipped:  # one line; escaped, as install commands hold brackets ('spade-rl[gem]')
+        install = ", ".join(f"{name} ({SUITE_INSTALL.get(name) or skipped[name]})" for name in skipped)
+        console.print(f"[yellow]skipped suites whose packages are not installed: {escape(install)}[/]")
     out = out or Path(f"eval-{_time.strftime('%Y%m%d-%H%M%S')}.json")
     try:
         with console.status("loading the model"):

@@ -4,10 +4,13 @@ An item is one episode: game ``g`` played from seed ``ctx.seed + i`` (id ``g/see
 through :func:`spade_rl.rollout.run_episodes`, in a sandbox of the suite's own whose workers preload
 the package (:func:`spade_rl.envs.external.external_sandbox_config`; the game's code runs only there).
 It is correct when the episode is won, by the game's own definition of winning (see
-:mod:`spade_rl.envs.external`); its score is the episode's return (1 for a win, else 0). An episode
-that the game ends by an error, a timeout or a contract violation is a failure of that episode
-(``stop_reason`` "env_error"), never of the suite. Metrics: win rate, mean turns, environment failures
-and the win rate of each game.
+:mod:`spade_rl.envs.external`); its score is the episode's return (1 for a win, else 0). A move the game
+rejects is the agent's (scored, as the game scores it); an episode that the game ends by raising (on the
+agent's action too), a timeout or a contract violation (``stop_reason`` "env_error") is an error of that
+episode, never of the suite: counted, shown, and left out of the metrics
+(:mod:`spade_rl.evaluate._episodes`). Metrics, over the scored episodes: win rate, mean turns and the
+win rate of each game. Without the package installed the suite is unavailable (``SuiteUnavailable``):
+``spade-rl eval`` without ``--suite`` skips it, saying what to install.
 
 Turn budgets: each game keeps its own (GEM's and TextArena's registered ones); ``max_turns`` caps every
 episode on top of it (the rollout's limit; an episode cut there is not won), and lowers a GEM game's own
@@ -28,12 +31,7 @@ from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
 from spade_rl.envs import external
 from spade_rl.evaluate._episodes import episode_item, episode_metrics, play_episodes
-from spade_rl.evaluate.base import (
-    EvalContext,
-    Suite,
-    SuiteResult,
-    SuiteUnavailable,
-)
+from spade_rl.evaluate.base import SUITE_INSTALL, EvalContext, Suite, SuiteResult, SuiteUnavailable
 from spade_rl.policy import Policy
 from spade_rl.rollout import EpisodeSpec
 from spade_rl.sandbox import Sandbox
@@ -66,6 +64,10 @@ class ExternalGamesSuite(Suite):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         o, key = self.options, self.name
+        if not external.installed(key):  # before the games, so that eval without --suite can skip it
+            raise SuiteUnavailable(
+                f"suite {key!r} needs the package {key!r}, which is not installed: {SUITE_INSTALL[key]}"
+            )
         for name in ("episodes", "max_turns", "max_new_tokens", "max_context_tokens", "batch_episodes"):
             if o[name] < 1:
                 raise ValueError(f"option {key}.{name} must be at least 1, got {o[name]}")
@@ -84,12 +86,7 @@ class ExternalGamesSuite(Suite):
             )
         if not o["games"]:
             raise ValueError(f"option {key}.games: name at least one game")
-        try:
-            external.check_games(key, o["games"], o["kwargs"], for_pool=False, key=f"option {key}.games")
-        except ValueError as exc:
-            if not external.installed(key):
-                raise SuiteUnavailable(str(exc)) from None
-            raise
+        external.check_games(key, o["games"], o["kwargs"], for_pool=False, key=f"option {key}.games")
 
     def sources(self) -> dict[str, str]:
         """Game id -> its environment source (the adapter and the game's class)."""

@@ -10,6 +10,9 @@
 The policy and the sandbox are the caller's (already loaded, kept open): the self-play loop
 evaluates its current weights this way. Every suite is built (and its options checked) before any
 runs, so a bad option fails at once rather than after an hour of generation.
+:func:`build_available_suites` builds every registered suite whose packages are installed and says which
+it skipped (``spade-rl eval`` without ``--suite``); a suite named in :func:`build_suites` must be
+installed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from spade_rl import __version__
-from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult, get_suite
+from spade_rl.evaluate.base import SUITES, EvalContext, Suite, SuiteResult, SuiteUnavailable, get_suite
 from spade_rl.evaluate.results import EvalResult
 from spade_rl.evaluate.sampled import run_suite
 from spade_rl.policy import Policy, SamplingSettings
@@ -61,6 +64,36 @@ def build_suites(names: Sequence[str | Suite], options: dict) -> list[Suite]:
             raise ValueError(f"options of suite {entry!r} must be a dict, got {type(suite_options).__name__}")
         suites.append(get_suite(entry, **suite_options))
     return suites
+
+
+def build_available_suites(options: dict) -> tuple[list[Suite], dict[str, str]]:
+    """Every registered suite whose packages are installed, built with ``options[name]``, and the
+    skipped ones: name -> why (:class:`SuiteUnavailable`'s message, which says what to install).
+    Raises ``ValueError`` for bad options, options given for an unknown suite or for one that is
+    skipped, and when every suite is skipped."""
+    unknown = sorted(set(options) - set(SUITES))
+    if unknown:
+        raise ValueError(f"options given for unknown suite(s) {unknown}; known suites: {', '.join(SUITES)}")
+    built: list[Suite] = []
+    skipped: dict[str, str] = {}
+    for name in SUITES:
+        suite_options = options.get(name, {})
+        if not isinstance(suite_options, dict):
+            raise ValueError(f"options of suite {name!r} must be a dict, got {type(suite_options).__name__}")
+        try:
+            built.append(get_suite(name, **suite_options))
+        except SuiteUnavailable as exc:
+            skipped[name] = str(exc)
+    given = [name for name in skipped if name in options]
+    if given:
+        reasons = "; ".join(skipped[name] for name in given)
+        raise ValueError(
+            f"options given for suite(s) {given}, which cannot run: {reasons}. Install what is missing, "
+            "or leave those options out"
+        )
+    if not built:
+        raise ValueError("no suite can run, every one lacks a package: " + "; ".join(skipped.values()))
+    return built, skipped
 
 
 def run_eval(
