@@ -5,7 +5,9 @@ Started as root, the pool's workers drop to uid 65534, and that drop alone stops
 ``uid`` layer reports "not needed", and rlimits, Landlock and seccomp must stop everything by
 themselves. This test runs ``test_attacks.py`` (a selection) under pytest as uid 65534 in a child
 process and requires every selected test to pass. Run as an ordinary user, it skips: then
-``test_attacks.py`` itself is the unprivileged run.
+``test_attacks.py`` itself is the unprivileged run. Where Python or the checkout lies in a folder uid
+65534 cannot enter (a 0700 /root), the child first makes itself the same read-only view of them that
+the sandbox's workers make (``spade_rl.sandbox.view``), then drops to uid 65534: no ``chmod`` needed.
 
     python -m pytest tests/sandbox/test_unprivileged.py -q
 """
@@ -71,6 +73,16 @@ def unreachable(path: str) -> str:
     return ""
 
 
+def view_possible() -> bool:
+    """Whether this machine lets a child make a mount namespace (the view of ``view_and_drop``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x00020000) != 0)"],
+        capture_output=True,
+        timeout=30,
+    )
+    return done.returncode == 0
+
+
 def needed_paths() -> list[str]:
     return [
         sys.executable,
@@ -80,6 +92,25 @@ def needed_paths() -> list[str]:
         str(ROOT / "tests" / "sandbox" / "test_attacks.py"),
         str(ROOT / "pyproject.toml"),
     ]
+
+
+def view_paths() -> list[str]:
+    from spade_rl.sandbox.hardening import read_only_paths
+
+    return [*read_only_paths(), str(ROOT), os.path.dirname(pytest.__file__)]
+
+
+def view_and_drop() -> None:
+    """In the child, before its exec: a read-only view of what it reads (if a folder above is closed to
+    uid 65534), then the drop to uid/gid 65534 with no groups. Exit 97 when the view cannot be made."""
+    from spade_rl.sandbox.view import make_view
+
+    report = make_view(view_paths(), UID, GID)
+    if not (report.active or report.not_needed):
+        os._exit(97)
+    os.setgroups([])
+    os.setresgid(GID, GID, GID)
+    os.setresuid(UID, UID, UID)
 
 
 def as_nobody(cmd: list[str], home: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -93,9 +124,7 @@ def as_nobody(cmd: list[str], home: Path, timeout: float) -> subprocess.Complete
     }
     return subprocess.run(
         cmd,
-        user=UID,
-        group=GID,
-        extra_groups=[],
+        preexec_fn=view_and_drop,
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -117,8 +146,8 @@ def nobody_home():
 @pytest.mark.skipif(os.geteuid() != 0, reason="not root: test_attacks.py itself is the unprivileged run")
 def test_attack_suite_holds_as_uid_65534(nobody_home):
     blocked = [why for why in map(unreachable, needed_paths()) if why]
-    if blocked:
-        pytest.skip(f"uid {UID} cannot reach the interpreter or the checkout: {blocked[0]}")
+    if blocked and not view_possible():
+        pytest.skip(f"uid {UID} cannot reach the interpreter or the checkout, and no view: {blocked[0]}")
     who = as_nobody(
         [
             sys.executable,

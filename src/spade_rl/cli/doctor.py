@@ -18,11 +18,13 @@ def doctor(
     skip_check: bool = typer.Option(False, "--no-check", help="Only list the layers; run no probe."),
 ) -> None:
     """Show which sandbox layers are available and active, then run hostile probes through the sandbox."""
-    from spade_rl.sandbox.doctor import layer_table, sandbox_user_access, self_check
+    from spade_rl.sandbox.doctor import interpreter_view, layer_table, sandbox_user_access, self_check
 
     config = SandboxConfig()
     rows, error = layer_table(config)
-    access = sandbox_user_access(config)
+    view = interpreter_view(config) if not error else {}
+    # Folders the workers' uid cannot enter matter only where no view of the interpreter was made.
+    access = [] if view.get("active") else sandbox_user_access(config)
     probes = []
     if not error and not skip_check:
         try:
@@ -38,6 +40,7 @@ def doctor(
                     "layers": [r.__dict__ for r in rows],
                     "probes": [p.__dict__ for p in probes],
                     "sandbox_user_cannot_read": access,
+                    "interpreter_view": view,
                     "error": error,
                     "healthy": healthy,
                 },
@@ -58,11 +61,15 @@ def doctor(
             for p in probes:
                 checks.add_row(p.name, yes(p.stopped), p.detail)
             console.print(checks)
+        if view.get("active"):
+            console.print(f"interpreter view: {view.get('detail', '')}")
         for why in access:
             console.print(
                 f"[yellow]workers drop to uid {config.unprivileged_uid}, which cannot read this Python's "
                 f"modules:[/] {why}. Environments can import only what the workers preload."
             )
+        if access and view.get("detail"):
+            console.print(f"no interpreter view: {view['detail']}")
         if error:
             console.print(f"[bold red]sandbox unavailable:[/] {error}")
         else:

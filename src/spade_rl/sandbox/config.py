@@ -89,6 +89,9 @@ class SandboxConfig:
     unprivileged_gid: int = 65534
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     recursion_limit: int = 2000
+    # A worker started by root whose interpreter lies in a folder its uid cannot enter (Python under a
+    # 0700 /root) reads the interpreter through a read-only view of it (``spade_rl.sandbox.view``).
+    interpreter_view: bool = True
     # Both sides poll without sleeping this long before blocking, which halves the latency of a
     # trivial call (waking a sleeping process costs tens of microseconds). 0 turns it off.
     spin_us: int = 200

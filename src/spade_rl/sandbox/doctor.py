@@ -85,6 +85,21 @@ def layer_table(config: SandboxConfig) -> tuple[list[LayerRow], str]:
     return rows, error
 
 
+def interpreter_view(config: SandboxConfig) -> dict:
+    """How a real worker reads the interpreter: its view report (``spade_rl.sandbox.view``); empty when
+    the sandbox does not start."""
+    probe_config = replace(
+        config,
+        layers={n: ("off" if m == "off" else "optional") for n, m in config.layers.items()},
+        pool_size=1,
+    )
+    try:
+        with Sandbox(probe_config) as sandbox:
+            return dict(sandbox.view)
+    except SandboxUnavailable:
+        return {}
+
+
 def sandbox_user_access(config: SandboxConfig) -> list[str]:
     """Where this Python's modules lie out of reach of the uid a root-started worker drops to (empty
     when nothing is, or when no uid is dropped): environments can then import only what the workers

@@ -38,7 +38,7 @@ def bwrap_prefix(config: SandboxConfig) -> list[str]:
             raise SandboxUnavailable(f"the required sandbox layer 'bwrap' is unavailable: {detail}")
         log.info("bubblewrap layer skipped: %s", detail)
         return []
-    return bwrap_command()
+    return bwrap_command(config)
 
 
 def worker_settings(config: SandboxConfig, under_bwrap: bool) -> dict:
@@ -57,6 +57,7 @@ def worker_settings(config: SandboxConfig, under_bwrap: bool) -> dict:
         "max_message_bytes": c.max_message_bytes,
         "max_captured_output": c.max_captured_output,
         "spin_us": c.spin_us,
+        "interpreter_view": c.interpreter_view,
     }
 
 
@@ -70,13 +71,16 @@ def worker_command(bwrap: list[str], config: SandboxConfig) -> list[str]:
     return [*bwrap, sys.executable, "-I", "-c", bootstrap, json.dumps(settings)]
 
 
-def bwrap_command() -> list[str]:
+def bwrap_command(config: SandboxConfig | None = None) -> list[str]:
     """The bubblewrap prefix: new namespaces (no network), read-only root, private /tmp and /proc.
 
     As root, no user namespace is made (inside one, uid 65534 would map back to root outside);
     bwrap keeps only CAP_SETUID/CAP_SETGID, which the worker's own uid drop then clears. As an
     ordinary user, bwrap makes a user namespace and the worker has nothing to drop. The package and
-    the interpreter are bound again after the private /tmp, in case they live under /tmp."""
+    the interpreter are bound again after the private /tmp, in case they live under /tmp. As root, a
+    folder above the interpreter that the worker's future uid cannot enter (``/root``, mode 0700) is
+    replaced by a read-only view holding only the interpreter (``spade_rl.sandbox.view``), unless
+    ``config.interpreter_view`` is off."""
     path = shutil.which("bwrap") or "bwrap"
     if os.geteuid() == 0:
         namespaces = [
@@ -94,6 +98,13 @@ def bwrap_command() -> list[str]:
         {_PACKAGE_PARENT, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     )
     rebinds = [arg for p in keep if p.startswith("/tmp") for arg in ("--ro-bind", p, p)]
+    view: list[str] = []
+    config = config or SandboxConfig()
+    if os.geteuid() == 0 and config.interpreter_view and config.mode("uid") != "off":
+        from spade_rl.sandbox.hardening import read_only_paths
+        from spade_rl.sandbox.view import bwrap_view_args
+
+        view = bwrap_view_args(read_only_paths(), config.unprivileged_uid, config.unprivileged_gid)
     return [
         path,
         "--die-with-parent",
@@ -109,6 +120,7 @@ def bwrap_command() -> list[str]:
         "--tmpfs",
         "/tmp",
         *rebinds,
+        *view,
         "--",
     ]
 

@@ -56,6 +56,12 @@ class Sandbox:
         self._closed = False
         self.stats = {"spawned": 0, "killed": 0, "timeouts": 0, "crashes": 0, "calls": 0}
         self._bwrap = bwrap_prefix(self.config)
+        # The workers' view of the interpreter (``spade_rl.sandbox.view``): made by bwrap's arguments
+        # (``launch.bwrap_command``), or else reported by each worker, which makes it itself.
+        self._bwrap_view = "--remount-ro" in self._bwrap
+        self.view: dict = (
+            {"active": True, "not_needed": False, "detail": "made by bwrap"} if self._bwrap_view else {}
+        )
         self._spin_s = self.config.spin_us / 1e6
         self._unreachable: list[str] | None = None  # found when an import first fails (see _explain_import)
         finalizer = weakref.finalize(self, Sandbox._kill_all, self._workers)
@@ -218,6 +224,8 @@ class Sandbox:
         that uid's reach), instead of a bare ``ModuleNotFoundError``."""
         if result.error_type not in ("ModuleNotFoundError", "ImportError", "PermissionError"):
             return result
+        if self.view.get("active"):
+            return result  # the worker reads the interpreter through its view: the module is missing
         if self._unreachable is None:
             from spade_rl.sandbox.doctor import sandbox_user_access
 
@@ -226,7 +234,7 @@ class Sandbox:
             return result
         why = (
             f" (the sandbox worker runs as uid {self.config.unprivileged_uid}, which cannot read where this "
-            f"Python's modules are: {self._unreachable[0]})"
+            f"Python's modules are: {'; '.join(self._unreachable)})"
         )
         return replace(result, error=result.error + why)
 
@@ -306,6 +314,8 @@ class Sandbox:
         except SandboxUnavailable:
             self._workers.remove(worker)  # await_ready killed it
             raise
+        if worker.view and not self._bwrap_view:
+            self.view = worker.view
 
     # --- the exchange -----------------------------------------------------------------------------
     def _run(self, calls: list[tuple[Worker, str, dict]], timeout: float) -> list[CallResult]:

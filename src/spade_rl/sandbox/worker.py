@@ -28,7 +28,8 @@ import traceback
 from spade_rl.envs.contract import ContractViolation
 from spade_rl.envs.loader import load_env_class
 from spade_rl.sandbox import protocol
-from spade_rl.sandbox.hardening import harden
+from spade_rl.sandbox.hardening import harden, read_only_paths
+from spade_rl.sandbox.view import ViewReport, make_view
 
 
 class CappedOutput(io.TextIOBase):
@@ -219,6 +220,14 @@ def _format_tb(exc: BaseException) -> str:
         return ""
 
 
+def _view(settings: dict) -> ViewReport:
+    if not settings.get("interpreter_view", True):
+        return ViewReport(False, "off in the configuration")
+    if settings["layers"].get("uid") == "off":
+        return ViewReport(False, "not needed: the uid layer is off", not_needed=True)
+    return make_view(read_only_paths(), settings["uid"], settings["gid"])
+
+
 def main() -> None:
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -234,6 +243,9 @@ def main() -> None:
 
 def start(in_fd: int, out_fd: int, settings: dict) -> None:
     sys.setrecursionlimit(settings["recursion_limit"])
+    # First, while this process is still root and has one thread (a mount namespace needs both):
+    # a read-only view of an interpreter that lies in a folder the dropped uid cannot enter.
+    view = _view(settings)
     missing = []
     for name in settings["preload"]:
         try:
@@ -251,6 +263,7 @@ def start(in_fd: int, out_fd: int, settings: dict) -> None:
             "pid": os.getpid(),
             "uid": os.getuid(),
             "layers": [r.to_json() for r in reports],
+            "view": view.to_json(),
             "missing_preload": missing,
         },
     )

@@ -39,6 +39,7 @@ class Worker:
     ready: bool = False
     pid: int = 0
     layers: list[dict] = field(default_factory=list)
+    view: dict = field(default_factory=dict)  # the worker's report on its view of the interpreter
     source_hash: str | None = None  # the source this worker is bound to (set when placed)
     loaded: bool = False  # the worker has loaded that source
     class_name: str = ""
@@ -105,6 +106,7 @@ def await_ready(worker: Worker, config: SandboxConfig) -> None:
         kill(worker)
         raise SandboxUnavailable(f"a sandbox worker failed to start: {type(exc).__name__} {exc}") from None
     worker.layers = hello.get("layers", [])
+    worker.view = hello.get("view") or {}
     worker.pid = hello.get("pid", 0)
     missing = [
         f"{r['name']} ({r['detail']})"
