@@ -143,3 +143,13 @@ def test_figure_draws_held_out_curves_from_the_evaluation_files_against_training
     assert [p["return"] for _, p in points] == [0.375, 0.625, 0.875]
     figure = plot_curves([record], tmp_path / "curves.png")
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_items_that_were_errors_are_left_out_of_paired_values():
+    from spade_rl.experiment.paired import by_item
+
+    a = [ItemResult("x", True, 1.0, ""), ItemResult("y", False, 0.0, "", error="the checker raised")]
+    b = [ItemResult("x", False, 0.0, ""), ItemResult("y", True, 1.0, "")]
+    assert by_item(a, "correct") == {"x": 1.0}  # y has no verdict on side a
+    result = paired(by_item(a, "correct"), by_item(b, "correct"))
+    assert result["n"] == 1 and result["diff"] == -1.0

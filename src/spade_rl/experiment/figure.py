@@ -67,9 +67,10 @@ def _held_out(record: RunRecord, lines: list[dict]) -> dict[str, list[tuple[floa
         except (OSError, ValueError):  # a missing or unreadable evaluation leaves a gap, not a failure
             continue
         for name, suite in result.suites.items():
-            if suite.n:
-                win = sum(1 for i in suite.items if i.correct) / suite.n
-                mean_return = sum(i.score for i in suite.items) / suite.n
+            scored = [i for i in suite.items if not i.error]  # errors are not answers (ItemResult.error)
+            if scored:
+                win = sum(1 for i in scored if i.correct) / len(scored)
+                mean_return = sum(i.score for i in scored) / len(scored)
                 points.setdefault(name, []).append((seconds, {"win": win, "return": mean_return}))
     return points
 

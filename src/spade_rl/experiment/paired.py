@@ -73,10 +73,13 @@ def sign_flip_p(differences: Sequence[float], draws: int = DRAWS) -> float:
 
 
 def by_item(items: Sequence[ItemResult], value: str = "score") -> dict[str, float]:
-    """Item id -> its score (``value = "score"``) or 1.0/0.0 for won (``"correct"``)."""
+    """Item id -> its score (``value = "score"``) or 1.0/0.0 for won (``"correct"``). Items that were
+    errors (the checker or environment failed: ``ItemResult.error``) have no value and are left out, so
+    paired tests compare only items scored on both sides."""
+    scored = [item for item in items if not getattr(item, "error", "")]
     if value == "correct":
-        return {item.id: 1.0 if item.correct else 0.0 for item in items}
-    return {item.id: float(item.score) for item in items}
+        return {item.id: 1.0 if item.correct else 0.0 for item in scored}
+    return {item.id: float(item.score) for item in scored}
 
 
 def pooled(runs: Sequence[Sequence[ItemResult]], value: str = "score") -> dict[str, float]:

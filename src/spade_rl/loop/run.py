@@ -470,8 +470,8 @@ def evaluate_policy(policy: Policy, sandbox: Sandbox, config: EvalConfig, model:
 
 
 def eval_metrics(result) -> dict:
-    """``eval/<suite>/accuracy``, ``ci_low``, ``ci_high`` and ``n`` of every suite of an EvalResult, and with
-    sampling its ``pass@k`` and ``sample_accuracy``."""
+    """``eval/<suite>/accuracy``, ``ci_low``, ``ci_high``, ``n`` and ``errors`` of every suite of an
+    EvalResult, and with sampling its ``pass@k`` and ``sample_accuracy``."""
     metrics: dict = {}
     for name, suite in result.suites.items():
         low, high = suite.ci
@@ -479,6 +479,7 @@ def eval_metrics(result) -> dict:
         metrics[f"eval/{name}/ci_low"] = low
         metrics[f"eval/{name}/ci_high"] = high
         metrics[f"eval/{name}/n"] = suite.n
+        metrics[f"eval/{name}/errors"] = getattr(suite, "errors", 0)  # left out of the accuracy
         for k, value in (getattr(suite, "pass_at_k", None) or {}).items():
             metrics[f"eval/{name}/pass@{k}"] = value
         if getattr(suite, "sample_accuracy", None) is not None:
