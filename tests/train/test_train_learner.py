@@ -247,11 +247,30 @@ def test_samples_without_sampler_logprobs_are_named_where_the_update_uses_them(
 
 
 def test_truncated_importance_sampling_needs_recomputed_old_logprobs():
-    with pytest.raises(ValueError, match=r"tis_cap .* needs old_logprobs = 'recompute'"):
-        TrainConfig(tis_cap=2.0)
+    with pytest.raises(ValueError, match=r"tis_cap .* needs old_logprobs = 'recompute' or 'auto'"):
+        TrainConfig(tis_cap=2.0, old_logprobs="sampling")
     with pytest.raises(ValueError, match=r"tis_cap"):
         TrainConfig(tis_cap=0.5, old_logprobs="recompute")
     assert TrainConfig(tis_cap=2.0, old_logprobs="recompute").tis_cap == 2.0
+
+
+def test_auto_old_logprobs_recompute_with_truncated_importance_sampling_where_another_engine_samples():
+    """ "auto": the trainer's own samples keep their log-probs as the old ones; another engine's are
+    recomputed, with truncated importance sampling at 2 (slime's --tis-clip default) or the given cap. A cap
+    that would not be used (the trainer samples itself) is refused."""
+    auto = TrainConfig()
+    assert auto.old_logprobs == "auto"
+    assert (auto.resolved(sampler_is_trainer=True).old_logprobs, auto.resolved(True).tis_cap) == (
+        "sampling",
+        None,
+    )
+    served = auto.resolved(sampler_is_trainer=False)
+    assert (served.old_logprobs, served.tis_cap) == ("recompute", 2.0)
+    assert TrainConfig(tis_cap=3.0).resolved(sampler_is_trainer=False).tis_cap == 3.0
+    with pytest.raises(ValueError, match=r"tis_cap = 3.0 .* trainer samples itself"):
+        TrainConfig(tis_cap=3.0).resolved(sampler_is_trainer=True)
+    explicit = TrainConfig(old_logprobs="recompute")  # TIS off: given, not resolved
+    assert explicit.resolved(sampler_is_trainer=False) == explicit
 
 
 def test_adam_betas_reach_the_optimiser(make_learner):
@@ -488,11 +507,16 @@ def test_the_supervised_step_is_the_cross_entropy_of_the_targets(tokenizer):
     assert learner_module.checkpointed_layers(30, 448, 448) == 0
 
 
-def test_full_fine_tuning_of_bf16_weights_is_named_with_the_fix(tokenizer, caplog):
+def test_full_fine_tuning_of_bf16_weights_is_refused_below_1e_5_and_named_with_the_fix(tokenizer, caplog):
+    """At lr 1e-6 every AdamW step of bfloat16 weights rounds away: refused, naming the fixes; at 1e-4 the
+    steps survive in part: warned about."""
     model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
     model.to(torch.bfloat16)
+    geometry = {"group_size": 2, "per_device_train_batch_size": 2}
+    with pytest.raises(ValueError, match=r"bfloat16 weights at learning rate 1e-06.*'float32'.*use_lora"):
+        Learner(model, tokenizer, TrainConfig(learning_rate=1e-6, **geometry))
     with caplog.at_level("WARNING", logger="spade_rl.train.learner"):
-        Learner(model, tokenizer, TrainConfig(group_size=2, per_device_train_batch_size=2))
+        Learner(model, tokenizer, TrainConfig(learning_rate=1e-4, **geometry))
     assert any("load the model in float32" in r.getMessage() for r in caplog.records)
 
 

@@ -24,7 +24,7 @@ WEIGHT_SYNCS = ("none", "nccl", "disk")
 DEVICES = ("auto", "cpu", "cuda", "mps")  # "cuda:1" etc. are accepted too
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
-AUTOCASTS = ("auto", "bfloat16", "off")
+AUTOCASTS = ("gpu", "auto", "bfloat16", "off")
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,11 @@ class TransformersConfig:
     ``autocast`` is the precision generation computes in when the weights are float32: "bfloat16" runs the
     model's matrix products under ``torch.autocast`` in bfloat16 (the weights, the residual stream, the
     norms and the output head stay float32, and so do the log-probabilities), "off" computes in float32,
-    "auto" is "bfloat16" on a CPU with native bfloat16 products (AVX512-BF16 or AMX: 3x faster prefill,
-    half the bytes per decoding step) and "off" elsewhere. The library default is "off" (float32
-    throughout: the cached and uncached paths agree to 1e-4); ``spade-rl run``'s CPU default is "auto".
+    "gpu" (the library default, as ``train.bf16``'s None) is "bfloat16" on a CUDA GPU that supports it and
+    "off" elsewhere, so that float32 master weights generate as they train, in bfloat16; "auto" is that, and
+    "bfloat16" on a CPU with native bfloat16 products too (AVX512-BF16 or AMX: 3x faster prefill, half the
+    bytes per decoding step; ``spade-rl run``'s CPU profile). On a CPU the default computes in float32
+    throughout (the cached and uncached paths agree to 1e-4).
     Log-probs of the same tokens then differ from a float32 forward by 0.014 on average (SmolLM2-135M,
     measured), the sampler/trainer mismatch a bfloat16 inference engine has on a GPU; train with the
     matching setting (``train.bf16 = "auto"``) to keep the two sides alike.
@@ -70,7 +72,7 @@ class TransformersConfig:
     batch_tokens: int = 0
     attn_implementation: str | None = None  # None: "sdpa" on the CPU (spade-rl's variants), else the model's
     prefix_cache_tokens: int = 32768
-    autocast: str = "off"
+    autocast: str = "gpu"
     packed_prefill: bool = True
 
     def __post_init__(self) -> None:

@@ -21,8 +21,15 @@ from dataclasses import dataclass
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
 # Where the "old" log-probabilities of the importance ratio come from (see spade_rl.train.learner).
-OLD_LOGPROBS = ("sampling", "recompute")
+OLD_LOGPROBS = ("auto", "sampling", "recompute")
+TIS_CAP = (
+    2.0  # truncated importance sampling's cap where old_logprobs = "auto" recomputes (slime's --tis-clip)
+)
 REPORT_TO = ("none", "tensorboard", "wandb")
+# The lowest learning rate at which full fine-tuning of 16-bit weights is allowed. AdamW moves a weight by
+# about the learning rate per step; bfloat16 keeps 8 significant bits, so a weight of size w is stored to
+# about w * 2^-9 (4e-5 for w = 0.02, float16: 1e-5): a step of 1e-6 rounds back to the same number.
+LOWEST_LR_16BIT = 1e-5
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
@@ -43,11 +50,17 @@ class TrainConfig:
     epsilon_high: float = 0.28
     beta: float = 0.0  # KL coefficient against the model as it was when the learner was built
     temperature: float = 0.6  # the sampling temperature of the samples
-    old_logprobs: str = "sampling"  # sampling: ratio against the sampler's log-probs; recompute: on-policy
-    # Truncated importance sampling (with old_logprobs = "recompute", as the reference trains: slime's
+    # Where the ratio's old log-probs come from. "sampling": the sampler's own (right when the trainer is the
+    # sampler); "recompute": the trainer's, on-policy (1 at the start of a step); "auto" (see resolved):
+    # "recompute" with truncated importance sampling where another engine samples (vLLM, servers), whose
+    # log-probs differ from the trainer's and whose ratio would be unbounded for negative advantages, and
+    # "sampling" where the trainer samples itself.
+    old_logprobs: str = "auto"
+    # Truncated importance sampling (with recomputed old log-probs, as the reference trains: slime's
     # --use-tis): each token's loss weighted by min(pi_old / pi_sampler, tis_cap), detached, so that a
     # sampler that differs from the trainer (vLLM in bf16, stale weights) does not bias the gradient.
-    # None: off. With old_logprobs = "sampling" the ratio is already taken against the sampler.
+    # None: off with old_logprobs = "recompute", TIS_CAP where "auto" recomputes. With "sampling" the ratio
+    # is already taken against the sampler, and a cap is refused.
     tis_cap: float | None = None
     # batch geometry
     group_size: int = 8  # G: the most samples one GRPO group may hold (TRL's num_generations)
@@ -104,10 +117,10 @@ class TrainConfig:
         _number("adam_beta2", self.adam_beta2, low=0.0, high=1.0, high_open=True)
         if self.tis_cap is not None:
             _number("tis_cap", self.tis_cap, low=1.0)
-            if self.old_logprobs != "recompute":
+            if self.old_logprobs == "sampling":
                 raise ValueError(
                     "train tis_cap corrects the trainer's recomputed old log-probs for the sampler's: it "
-                    f"needs old_logprobs = 'recompute' (got {self.old_logprobs!r}, where the ratio is "
+                    "needs old_logprobs = 'recompute' or 'auto' (got 'sampling', where the ratio is "
                     "already taken against the sampler)"
                 )
         _number("max_grad_norm", self.max_grad_norm, low=0.0)
@@ -163,10 +176,45 @@ class TrainConfig:
         if self.output_dir is None and self.report_to != "none":
             raise ValueError(f"train output_dir must be set for report_to={self.report_to!r} to write into")
 
+    def resolved(self, sampler_is_trainer: bool) -> TrainConfig:
+        """This configuration with ``old_logprobs = "auto"`` decided: "sampling" when the trainer's own model
+        sampled (the in-process policy), else "recompute" with truncated importance sampling (``tis_cap``,
+        :data:`TIS_CAP` when not set). A cap given where the trainer samples itself is refused (its ratio is
+        taken against the sampler, nothing is truncated)."""
+        import dataclasses
+
+        if self.old_logprobs != "auto":
+            return self
+        if not sampler_is_trainer:
+            cap = TIS_CAP if self.tis_cap is None else self.tis_cap
+            return dataclasses.replace(self, old_logprobs="recompute", tis_cap=cap)
+        if self.tis_cap is not None:
+            raise ValueError(
+                f"train tis_cap = {self.tis_cap} is used where the old log-probs are recomputed, but the "
+                "trainer samples itself here (old_logprobs 'auto' takes the ratio against the sampler's "
+                "log-probs): set old_logprobs = 'recompute' to train with it, or leave tis_cap out"
+            )
+        return dataclasses.replace(self, old_logprobs="sampling")
+
     @property
     def rows_per_update(self) -> int:
         """Rows of one optimiser step on one process (per-device batch size x accumulation steps)."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+
+def rounds_away(weights: str, learning_rate: float, use_lora: bool) -> str | None:
+    """Why AdamW steps of ``learning_rate`` on ``weights`` ("bfloat16", "float16", "float32", ...) trained
+    in full would round to nothing, with the fixes; None when they do not (float32, LoRA's float32 adapters,
+    or a learning rate of at least :data:`LOWEST_LR_16BIT`)."""
+    if use_lora or weights not in ("bfloat16", "float16") or learning_rate >= LOWEST_LR_16BIT:
+        return None
+    return (
+        f"full fine-tuning of {weights} weights at learning rate {learning_rate:g}: AdamW moves a weight by "
+        f"about the learning rate per step, less than half the spacing of {weights} numbers near a typical "
+        "weight, so every step rounds away. Keep float32 master weights (policy.transformers.dtype = "
+        "'float32'; train.bf16 and policy.transformers.autocast still compute in bfloat16), or train LoRA "
+        f"adapters (train.use_lora = true), or use a learning rate of at least {LOWEST_LR_16BIT:g}"
+    )
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -21,13 +21,16 @@ as the loss. Both run through the same model call and the same optimiser step.
 **The model.** The learner trains the very model object it is given: an in-process policy generates with
 the new weights at once (with LoRA, peft injects the adapter layers into that model). Dropout is set to 0
 (ratios of exactly 1 on-policy). bf16 autocast computes in bfloat16 with float32 master weights; full
-fine-tuning of weights that are themselves bfloat16 or float16 is warned about (an AdamW step of lr 1e-6
-rounds to nothing there): load them in float32, or train LoRA. Activation checkpointing is on for every pass
+fine-tuning of weights that are themselves bfloat16 or float16 is refused below a learning rate of 1e-5 (an
+AdamW step of lr 1e-6 rounds to nothing there) and warned about above it: load them in float32, or train
+LoRA. Activation checkpointing is on for every pass
 (``gradient_checkpointing``) or for micro-batches wider than ``checkpoint_rows_longer_than`` tokens.
 
-**Old log-probabilities.** ``old_logprobs = "sampling"``: the importance ratio is pi_theta / pi_sampler
-(the samples' own log-probs), so the clip range bounds the step against the policy that really produced
-the tokens; this needs ``temperature`` equal to the sampling temperature. ``"recompute"``: the ratio is
+**Old log-probabilities.** ``old_logprobs = "auto"`` is "sampling" here (a run whose samples come from
+another engine hands the learner "recompute" with truncated importance sampling). ``"sampling"``: the
+importance ratio is pi_theta / pi_sampler (the samples' own log-probs), so the clip range bounds the step
+against the policy that really produced the tokens; this needs ``temperature`` equal to the sampling
+temperature. ``"recompute"``: the ratio is
 taken against the learner's own log-probs (1 at the start of a step, which is on-policy), and with
 ``tis_cap`` each token is weighted by min(pi_old / pi_sampler, tis_cap) (truncated importance sampling).
 
@@ -65,7 +68,7 @@ from spade_rl.policy.models import (
     switchable_checkpointing,
 )
 from spade_rl.train.base import BaseLearner
-from spade_rl.train.config import TrainConfig
+from spade_rl.train.config import TrainConfig, rounds_away
 from spade_rl.train.loss import LossSettings, grpo_loss
 from spade_rl.train.offload import StateOffload
 from spade_rl.train.reporting import Reporter
@@ -103,16 +106,25 @@ class Learner(BaseLearner):
         from accelerate import Accelerator
         from transformers import set_seed
 
-        self.config = cfg = config if config is not None else TrainConfig()
+        # "auto" old log-probs: the learner of a model that samples itself (a run whose samples come from
+        # another engine passes its configuration resolved, RunConfig.update_config).
+        cfg = (config if config is not None else TrainConfig()).resolved(sampler_is_trainer=True)
+        self.config = cfg
         first = next(model.parameters())
         self.device = first.device
         on_gpu = self.device.type == "cuda"
-        if first.dtype in (torch.bfloat16, torch.float16) and not cfg.use_lora:
+        weights = str(first.dtype).removeprefix("torch.")
+        reason = rounds_away(weights, cfg.learning_rate, cfg.use_lora)
+        if (
+            reason is not None
+        ):  # a run's configuration is refused for this at load (RunConfig.check_precision)
+            raise ValueError(reason)
+        if weights in ("bfloat16", "float16") and not cfg.use_lora:
             log.warning(
-                "full fine-tuning of %s weights: AdamW steps of about lr=%g fall below their rounding and "
-                "are lost; load the model in float32 (policy.transformers.dtype = 'float32': train.bf16 "
+                "full fine-tuning of %s weights: AdamW steps of about lr=%g lose most of their size to "
+                "rounding; load the model in float32 (policy.transformers.dtype = 'float32': train.bf16 "
                 "still computes in bfloat16), or train LoRA adapters (train.use_lora = true)",
-                first.dtype,
+                weights,
                 cfg.learning_rate,
             )
         self.bf16 = resolve_bf16(cfg.bf16, on_gpu)
