@@ -29,12 +29,12 @@ def one(activation_tokens: int, steps: int) -> dict:
     import torch
 
     from spade_rl.corpus import Corpus
-    from spade_rl.loop.config import RunConfig
+    from spade_rl.loop.config import load_config
     from spade_rl.loop.warmup import _train, warmup_examples
     from spade_rl.memory import PhasePeak, peak_resident_mib, release_unused_memory
     from spade_rl.policy import make_policy
 
-    config = RunConfig()
+    config = load_config(processes=1)  # spade-rl run's: the CPU profile
     policy = make_policy(config.policy)
     release_unused_memory()
     warmup = dataclasses.replace(config.warmup, epochs=1, activation_tokens=activation_tokens)

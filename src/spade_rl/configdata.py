@@ -3,6 +3,7 @@ value checked: what is unknown, of the wrong type or impossible is a :class:`Con
 key and what is allowed. Generic: :mod:`spade_rl.loop.config` applies it to the run's configuration.
 
     config = build(RunConfig, {"loop": {"iterations": 2}}, "")   # a partial table keeps the defaults
+    data = merge_tables(profile, file, RunConfig)                 # layers of data, the later winning
     data = to_data(config)                                        # plain data, as config.json holds it
     key, value = parse_override("loop.iterations=5")              # a TOML value after the "="
 """
@@ -117,6 +118,26 @@ def to_data(config: Any) -> Any:
     if isinstance(config, dict):
         return {k: to_data(v) for k, v in config.items()}
     return config
+
+
+def merge_tables(base: dict, changes: dict, cls: type) -> dict:
+    """``base`` with ``changes``, both (partial) data of dataclass ``cls``: see :func:`_merge`."""
+    return _merge(base, changes, cls)
+
+
+def leaf_keys(data: dict, cls: type, prefix: str = "") -> list[str]:
+    """The dotted keys that ``data`` (partial data of dataclass ``cls``) sets: a table of a nested dataclass
+    is followed into, any other value (a plain table such as ``rollout.action_prefix`` included) is one
+    key."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for key, value in data.items():
+        hint = hints.get(key)
+        if is_dataclass(hint) and isinstance(value, dict):
+            keys += leaf_keys(value, hint, f"{prefix}{key}.")
+        else:
+            keys.append(prefix + key)
+    return keys
 
 
 def _merge(base: dict, changes: dict, cls: type) -> dict:

@@ -76,7 +76,8 @@ def test_pool_config_refuses_what_cannot_be_a_training_game():
 def test_a_run_configuration_names_games_and_their_arguments(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text(
-        '[pool]\nreference = []\ngem = ["game:GuessTheNumber-v0-hard"]\ntextarena = ["TowerOfHanoi-v0"]\n'
+        'profile = "cpu"\n[pool]\nreference = []\ngem = ["game:GuessTheNumber-v0-hard"]\n'
+        'textarena = ["TowerOfHanoi-v0"]\n'
         'reasoning_gym_attempts = 3\n[pool.gem_kwargs]\n"game:GuessTheNumber-v0-hard" = {max_number = 30}\n'
     )
     pool = load_config(path).pool

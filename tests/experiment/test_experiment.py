@@ -283,7 +283,7 @@ def test_example_experiments_load(monkeypatch):
         "no-grounding",
         "no-designer-training",
     } <= names
-    assert gpu.arm("spade").config(0).loop.plays_per_env == 16
+    assert gpu.arm("spade").config(0).loop.plays_per_env == 8  # the reference's: spade-paper-games.toml
     assert gpu.arm("no-memory").config(0).design.memory is False
     assert gpu.arm("fixed-designer").config(0).designer.source == "frozen"
 

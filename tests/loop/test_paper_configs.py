@@ -1,5 +1,7 @@
-"""The paper configurations hold the reference implementation's values: one table, each row naming the
-file of spade-rl/spade that the value comes from (read there; SPADE.md, "The reference recipe in numbers")."""
+"""The paper configurations resolve to the reference implementation's values: one table, each row naming the
+file of spade-rl/spade that the value comes from (read there; SPADE.md, "The reference recipe in numbers").
+Checked on the resolved configuration, every key the files do not write included: none comes from the CPU
+profile, and the update resolves as the reference trains (old log-probs, truncated importance sampling)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_rl.loop.config import load_config
+from spade_rl.loop.config import load_config, resolve_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 GAMES = "cmd/games/train_spade_4b.sh"
@@ -25,13 +27,25 @@ DELAY = (
 LP = " (--spade-gamma1 / --spade-gamma2; spade/core/learning_potential.py)"
 ARGS = "spade/slime/arguments.py (the argument's default)"
 ABLATIONS = "cmd/ablations/train_{learning_potential,solve_rate}_30b.sh"
+# The agent's plays per game: trajectories_per_game = ceil(global_batch_size / games), 192 / 24 = 8 (the flag
+# --spade-trajectories-per-game 16 reaches only the fixed-evaluation plays in spade/slime/spade_rollout.py).
+PLAYS = "spade/core/orchestrator.py (collect_trajectories) with --global-batch-size 192, 24 games"
+SEEDS = "spade/core/orchestrator.py (plays reset without a seed; hint plays seeded hash(game + index))"
+SAMPLE = "spade/core/orchestrator.py (collect_trajectories: random.sample of the games)"
+STEP = " (--global-batch-size 192 --use-dynamic-global-batch-size: one optimiser step per rollout)"
+ZERO_STD = "spade/slime/spade_rollout.py (zero-std groups counted in rollout/zero_std_group_pct, kept)"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
 REFERENCE = [
     ("loop.iterations", 400, 400, GAMES, TOOLS),
     ("loop.designs_per_iteration", 24, 24, GAMES, TOOLS),
     ("loop.envs_per_iteration", 24, 24, GAMES, TOOLS),
-    ("loop.plays_per_env", 16, 16, GAMES, TOOLS),
+    ("loop.plays_per_env", 8, 8, PLAYS, PLAYS),
+    ("loop.hint_plays", 16, 16, GAMES + " (--spade-hint-plays-per-game 16)", TOOLS),
+    ("loop.group_seeds", "distinct", "distinct", SEEDS, SEEDS),
+    ("loop.pool_replace", False, False, SAMPLE, SAMPLE),
+    ("loop.groups_per_step", 0, 0, GAMES + STEP, TOOLS + STEP),
+    ("loop.drop_zero_signal_groups", False, False, ZERO_STD, ZERO_STD),
     ("loop.regenerate_every", 4, 8, GAMES, TOOLS),
     ("design.setting", "games", "tool_use", GAMES, TOOLS),
     ("design.hint_mode", "separate", "separate", GAMES, TOOLS),
@@ -69,8 +83,8 @@ REFERENCE = [
     ("train.epsilon_low", 0.2, 0.2, GAMES, TOOLS),
     ("train.epsilon_high", 0.28, 0.28, GAMES, TOOLS),
     ("train.beta", 0.0, 0.005, GAMES, TOOLS),
-    ("train.old_logprobs", "recompute", "recompute", GAMES, TOOLS),
-    ("train.tis_cap", 2.0, 2.0, SLIME, SLIME),
+    ("update_config.old_logprobs", "recompute", "recompute", GAMES, TOOLS),
+    ("update_config.tis_cap", 2.0, 2.0, SLIME, SLIME),
     ("warmup.designs", 0, 0, GAMES, TOOLS),
     ("archive.memory_mode", "reference", "reference", MEMORY, MEMORY),
     ("archive.memory_window", 200, 200, GAMES, TOOLS),
@@ -119,6 +133,19 @@ def test_the_paper_configurations_hold_the_reference_values(
 def test_the_gpu_experiment_runs_on_the_paper_configuration():
     text = (CONFIGS.parent / "experiments" / "qwen3-gpu.toml").read_text()
     assert 'base = "../configs/spade-paper-games.toml"' in text
+
+
+@pytest.mark.parametrize("name", ["spade-paper-games.toml", "spade-paper-tool-use.toml"])
+def test_no_paper_value_comes_from_the_cpu_profile(name):
+    """They build on no profile: every value is the file's or its component's own default, and the defaults
+    they take are those of a GPU run (no cap on a batch's cache, bfloat16 generation on a GPU)."""
+    resolved = resolve_config(CONFIGS / name, processes=1)
+    config = resolved.config
+    assert config.profile == "none"
+    assert not [key for key, source in resolved.sources.items() if source.startswith("profile")]
+    transformers = config.policy.transformers
+    assert (transformers.dtype, transformers.autocast, transformers.batch_tokens) == ("float32", "gpu", 0)
+    assert (config.train.checkpoint_rows_longer_than, config.rewards.progress_bonus) == (0, 0.0)
 
 
 @pytest.mark.parametrize("mode", ["learning_potential", "solve_rate"])

@@ -173,10 +173,10 @@ def test_renamed_keys_are_read_with_a_warning_that_names_the_new_key():
 
 
 def test_a_config_does_not_depend_on_the_launch_until_it_is_launched(monkeypatch):
-    from spade_rl.loop.config import RunConfig
-
     monkeypatch.setenv("WORLD_SIZE", "2")
-    config = RunConfig()  # building a configuration never reads the environment
+    config = load_config(
+        processes=1
+    )  # told its processes, loading a configuration never reads the environment
     with pytest.raises(ConfigError, match=r"warm-up trains the model of a single process.*2 processes"):
         config.check_launch(2)
     config.check_launch(1)

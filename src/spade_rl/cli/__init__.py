@@ -4,6 +4,7 @@
     spade-rl design --out RUN_DIR [--n N] ...     design environments, validate and archive them
     spade-rl play ENV [--human] [--hint] ...      watch a model (or yourself) play an environment
     spade-rl run [--config FILE] [OVERRIDES...]   self-play training
+    spade-rl config [--config FILE] [OVERRIDES...] [--explain]   the resolved configuration (JSON)
     spade-rl report RUN_DIR [--check]             a self-contained HTML report of a run, with PNG figures
     spade-rl eval [--model M] [--suite S ...]     held-out evaluation (JSON result); --compare A.json B.json
     spade-rl experiment FILE.toml [--check]       arms (baselines, ablations) compared on held-out suites
@@ -20,7 +21,7 @@ import logging
 import typer
 
 # The modules, not their functions: `spade_rl.cli.run` stays the module (to read, or to monkeypatch in).
-from spade_rl.cli import design, doctor, envs, eval, experiment, play, report, run
+from spade_rl.cli import config, design, doctor, envs, eval, experiment, play, report, run
 from spade_rl.cli.common import console
 
 __all__ = ["app", "console", "main"]
@@ -42,6 +43,7 @@ app.command()(doctor.doctor)
 app.command()(design.design)
 app.command()(play.play)
 app.command()(run.run)
+app.command()(config.config)
 app.command()(report.report)
 app.command("eval")(eval.eval_)
 app.command()(experiment.experiment)

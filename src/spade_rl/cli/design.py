@@ -45,7 +45,7 @@ def design(
     from spade_rl.archive import Archive
     from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
     from spade_rl.design.prompts import PromptConfig
-    from spade_rl.loop.config import RunConfig
+    from spade_rl.loop.config import load_config
     from spade_rl.loop.designing import DesignPhaseConfig, design_environments
     from spade_rl.loop.pool import seed_reference_environments
     from spade_rl.loop.warmup import WarmupError, warm_up
@@ -53,12 +53,13 @@ def design(
 
     try:
         # The question form with the run's prompt settings: the warm-up of `spade-rl run` is reused.
-        prompt = RunConfig().design.prompt if form == "question" else PromptConfig()
+        run_defaults = load_config(processes=1)  # `spade-rl run`'s own: the CPU profile
+        prompt = run_defaults.design.prompt if form == "question" else PromptConfig()
         config = DesignPhaseConfig(
             n=n, setting=setting, hint_mode=hint_mode, max_new_tokens=max_new_tokens, form=form, prompt=prompt
         )
         # the run's warm-up settings (its memory ones too), this many designs
-        warmup_config = dataclasses.replace(RunConfig().warmup, designs=warmup)
+        warmup_config = dataclasses.replace(run_defaults.warmup, designs=warmup)
         documents = Corpus.from_config(CorpusConfig(sources=tuple(corpus)))
     except (ValueError, CorpusError) as exc:
         raise fail(str(exc)) from None

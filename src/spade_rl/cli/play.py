@@ -82,9 +82,9 @@ def play(
 def _model_rollout(max_turns: int, max_new_tokens: int, temperature: float, forced: bool) -> RolloutConfig:
     """The rollout of a model's play: the forced action opening and stop strings of `spade-rl run`'s
     defaults, so that it plays as training plays, unless ``forced`` is off (--no-action-prefix)."""
-    from spade_rl.loop.config import RunConfig
+    from spade_rl.loop.config import load_config
 
-    defaults = RunConfig().rollout
+    defaults = load_config(processes=1).rollout  # `spade-rl run`'s own: the CPU profile
     return RolloutConfig(
         max_turns=max_turns,
         max_new_tokens=max_new_tokens,

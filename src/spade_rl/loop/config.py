@@ -29,6 +29,8 @@ from spade_rl.configdata import (
     ConfigError,
     build,
     get_dotted,
+    leaf_keys,
+    merge_tables,
     parse_override,
     pop_dotted,
     set_dotted,
@@ -36,120 +38,54 @@ from spade_rl.configdata import (
     upgrade_renamed,
 )
 from spade_rl.corpus import CorpusConfig
-from spade_rl.design.prompts import PromptConfig
 from spade_rl.design.validate import ValidationSettings
 from spade_rl.evaluate.config import EvalConfig
 from spade_rl.executor.config import ExecutorConfig
 from spade_rl.loop.delayed import cohorts_due_at_once
 from spade_rl.loop.designing import DesignPhaseConfig
+from spade_rl.loop.profiles import DEFAULT_PROFILE, PROFILES, profile_data
 from spade_rl.loop.sections import (
     DesignerConfig,
     LoopConfig,
     PoolConfig,
 )
 from spade_rl.loop.warmup import WarmupConfig
-from spade_rl.policy import PolicyConfig, TransformersConfig
+from spade_rl.policy import PolicyConfig
 from spade_rl.rewards import DesignerRewardConfig
 from spade_rl.rollout import RolloutConfig
 from spade_rl.sandbox import SandboxConfig
 from spade_rl.train import TrainConfig
+from spade_rl.train.config import rounds_away
 
 log = logging.getLogger(__name__)
 
 
-# The CPU default (SmolLM2-135M on 2 cores) is set so that the signals SPADE is about are not zero at this
-# scale, each lever measured with bench/learning_signal.py (docs/learning-signal.md):
-# the designer writes in the "question" form after a warm-up on synthetic designs, the agent's turns
-# open with a forced \boxed{ and end at its brace, and the reference games of the pool are small.
-# configs/qwen3-gpu.toml keeps the paper's behaviour (whole modules, free turns, no warm-up).
-def _default_loop() -> LoopConfig:
-    # Six groups a turn: the new valid designs first, the rest drawn from the frontier-weighted pool with
-    # replacement; 8 plays per group on one instance (one seed), 4 more with the hint for regret; the
-    # update in optimiser steps of 2 groups (docs/learning-signal.md, experiments/results/cpu-sanity/).
-    return LoopConfig(
-        iterations=4,
-        designs_per_iteration=4,
-        envs_per_iteration=6,
-        plays_per_env=8,
-        hint_plays_per_env=4,
-        group_seeds="shared",
-        pool_replace=True,
-        groups_per_step=2,
-    )
-
-
-def _default_design() -> DesignPhaseConfig:
-    # A design is about 8 lines (a QuestionTask subclass), grounded in 120 words of a document.
-    return DesignPhaseConfig(
-        form="question",
-        max_new_tokens=200,
-        prompt=PromptConfig(max_document_words=120, max_example_chars=1200),
-    )
-
-
-def _default_rollout() -> RolloutConfig:
-    # Answer first: the turn starts with \boxed{ (environment tokens, never trained) and stops at "}".
-    return RolloutConfig(
-        max_turns=8, max_new_tokens=24, action_prefix={"games": "\\boxed{"}, action_stop={"games": ["}"]}
-    )
-
-
-def _default_pool() -> PoolConfig:
-    # Reference games a 135M model wins some of the time (their defaults it never wins).
-    return PoolConfig(
-        reference_kwargs={
-            "guess": {"high": 20},
-            "arithmetic": {"stories": ["more", "fewer"]},
-            "maze": {"min_cells": 1, "max_cells": 2},
-            "codebreaker": {"length": 2, "symbols": 3},
-        }
-    )
-
-
-def _default_policy() -> PolicyConfig:
-    # Generation in bfloat16 where the CPU multiplies it natively (3x faster prefill), float32 elsewhere;
-    # the keys/values of play capped (a batch 0.7 GiB, the prefix cache 0.53 GiB; docs/performance.md).
-    return PolicyConfig(
-        transformers=TransformersConfig(autocast="auto", batch_tokens=16384, prefix_cache_tokens=12288)
-    )
-
-
-def _default_train() -> TrainConfig:
-    # Groups of 8 (K plays, or the designs of one iteration); a step holds 2 of them (loop.groups_per_step).
-    return TrainConfig(
-        learning_rate=5e-5,  # a 135M model moves visibly in the few dozen steps a CPU run makes
-        group_size=8,
-        per_device_train_batch_size=2,  # rows per pass: fewer passes (bench/update_geometry.py), within 4 GB
-        gradient_accumulation_steps=8,
-        bf16="auto",  # the update in bfloat16 autocast where generation computes in it (float32 weights)
-        checkpoint_rows_longer_than=256,  # long rows: a 600-token one would hold 1.4 GB of activations
-        offload_optimizer=True,  # AdamW's moments (1.08 GB) on disk while the iteration designs and plays
-    )
-
-
 @dataclass(frozen=True)
 class RunConfig:
-    loop: LoopConfig = field(default_factory=_default_loop)
-    policy: PolicyConfig = field(default_factory=_default_policy)
+    """A run's configuration: one table per component. Its defaults are the components' own (the profile
+    "none"); :func:`load_config` resolves a profile, a file and overrides into one
+    (:mod:`spade_rl.loop.profiles`), and ``profile`` records which profile that was."""
+
+    profile: str = "none"  # the profile the configuration was resolved over (load_config applies it)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    design: DesignPhaseConfig = field(default_factory=_default_design)
-    rollout: RolloutConfig = field(default_factory=_default_rollout)
-    # On a small CPU model nearly every design is invalid: the progress bonus gives the designer a
-    # signal all the same (off in the paper's setting, configs/qwen3-gpu.toml).
-    rewards: DesignerRewardConfig = field(default_factory=lambda: DesignerRewardConfig(progress_bonus=0.1))
-    train: TrainConfig = field(default_factory=_default_train)
+    design: DesignPhaseConfig = field(default_factory=DesignPhaseConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: DesignerRewardConfig = field(default_factory=DesignerRewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environments run
     designer: DesignerConfig = field(default_factory=DesignerConfig)  # who designs; designer training
-    pool: PoolConfig = field(default_factory=_default_pool)  # what seeds the training pool
+    pool: PoolConfig = field(default_factory=PoolConfig)  # what seeds the training pool
     eval: EvalConfig = field(default_factory=EvalConfig)  # in-loop evaluation (off by default)
-    # The designer's warm-up (WarmupConfig's own default, 0 designs, is off: the paper has none).
-    # 48 designs; rows over 320 tokens recompute a share of their activations (peak 4.2 -> 3.6 GiB)
-    warmup: WarmupConfig = field(default_factory=lambda: WarmupConfig(designs=48, activation_tokens=320))
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)  # the designer's warm-up (off by default)
 
     def __post_init__(self) -> None:
         loop, train = self.loop, self.train
+        if self.profile not in PROFILES:
+            raise ConfigError(f"profile {self.profile!r} does not exist; allowed: {list(PROFILES)}")
         if self.warmup.enabled:
             if self.design.form != "question":
                 raise ConfigError(
@@ -219,6 +155,10 @@ class RunConfig:
             )
         if self.eval.every > 0:
             self.eval.check_suites()
+        try:
+            self.update_config  # noqa: B018 (old_logprobs "auto" decided for this backend, or refused)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def design_phase(self) -> DesignPhaseConfig:
@@ -230,8 +170,37 @@ class RunConfig:
 
     @property
     def update_config(self) -> TrainConfig:
-        """``train`` with its derived temperature (rollout.temperature: what the samples were drawn at)."""
-        return dataclasses.replace(self.train, temperature=self.rollout.temperature)
+        """``train`` with its derived temperature (rollout.temperature: what the samples were drawn at) and
+        ``old_logprobs = "auto"`` decided: the trainer samples itself only with ``policy.backend =
+        "transformers"``; vLLM and servers sample for it (recomputed old log-probs, truncated importance
+        sampling)."""
+        train = dataclasses.replace(self.train, temperature=self.rollout.temperature)
+        return train.resolved(sampler_is_trainer=self.policy.backend == "transformers")
+
+    def check_precision(self) -> None:
+        """Refuse a run whose optimiser steps would round to nothing: full fine-tuning of bfloat16 or float16
+        weights at a learning rate below 1e-5 (:func:`spade_rl.train.config.rounds_away`). The trained
+        weights are ``policy.transformers``'s, in process or as the trainer's copy beside servers;
+        ``dtype = "auto"`` is bfloat16 (float16 without bf16 support) on a GPU, which ``device = "auto"``
+        picks where CUDA is available."""
+        policy = self.policy
+        if policy.backend not in ("transformers", "servers"):
+            return  # no in-process model is trained (make_learner refuses to train these backends)
+        if policy.backend == "servers" and policy.servers.weight_sync == "none":
+            return  # inference only
+        settings = policy.transformers
+        weights = settings.dtype
+        if weights == "auto":
+            weights = "float32"
+            if settings.device.startswith("cuda") or (settings.device == "auto" and _cuda_available()):
+                weights = "bfloat16 (dtype 'auto' on a GPU)"
+        rates = [("train.learning_rate", self.train.learning_rate)]
+        if self.warmup.enabled:
+            rates.append(("warmup.learning_rate", self.warmup.learning_rate))
+        for key, rate in rates:
+            reason = rounds_away(weights.split()[0], rate, self.train.use_lora)
+            if reason is not None:
+                raise ConfigError(f"{key}: {reason.replace(weights.split()[0], weights, 1)}")
 
     def check_launch(self, processes: int) -> None:
         """Refuse what this configuration cannot do with ``processes`` processes (``accelerate launch``
@@ -327,38 +296,128 @@ RENAMED_KEYS = {
 RENAMED_VALUES = {"rewards.mode": {"band": "plateau"}}
 
 
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A configuration and where each of its values came from: ``sources`` maps a dotted key (or the key
+    of a table set whole, such as ``rollout.action_prefix``) to "override", "file PATH" or "profile NAME";
+    a key it does not hold took its component's default (:meth:`source`)."""
+
+    config: RunConfig
+    sources: dict[str, str]
+
+    def source(self, dotted: str) -> str:
+        """Where the value of ``dotted`` came from: the source of it or of the table holding it."""
+        parts = dotted.split(".")
+        for end in range(len(parts), 0, -1):
+            found = self.sources.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return "default"
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     *,
     processes: int | None = None,
 ) -> RunConfig:
-    """The run configuration from a TOML (or resolved JSON) file and ``key=value`` overrides, checked
-    for ``processes`` processes (None: those of this launch, ``WORLD_SIZE`` under accelerate launch)."""
-    data: dict = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read the configuration {path}: {exc}") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(
-                f"{path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}"
-            ) from None
+    """The run configuration from a TOML (or resolved JSON) file and ``key=value`` overrides, over the
+    profile the file names (the CPU profile without a file), checked for ``processes`` processes (None:
+    those of this launch, ``WORLD_SIZE`` under accelerate launch)."""
+    return resolve_config(path, overrides, processes=processes).config
+
+
+def resolve_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    processes: int | None = None,
+) -> ResolvedConfig:
+    """:func:`load_config` with the source of every value. The layers, the later winning: the components'
+    defaults, the profile, the file, the overrides; a table of a component is merged key by key, any other
+    value (a plain table such as ``rollout.action_prefix`` included) replaces what is below it whole."""
+    file_data: dict = _read_file(Path(path)) if path is not None else {}
+    override_data: dict = {}
     for override in overrides:
         key, value = parse_override(override)
-        set_dotted(data, key, value)
-    data, notes = upgrade_renamed(data, RENAMED_KEYS, RENAMED_VALUES)
-    for note in notes:
-        log.warning("%s", note)
-        warnings.warn(note, FutureWarning, stacklevel=2)
+        set_dotted(override_data, key, value)
+    where = f"file {path}"
+    file_data = _renamed(file_data, str(path))
+    override_data = _renamed(override_data, "the overrides")
+    profile = override_data.get("profile", file_data.get("profile"))
+    named = profile is not None
+    if not named:
+        profile = _unnamed_profile(path)
+    try:
+        layers = [
+            (f"profile {profile}", profile_data(profile)),
+            (where, file_data),
+            ("override", override_data),
+        ]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    data: dict = {}
+    sources: dict[str, str] = {}
+    for name, layer in layers:
+        data = merge_tables(data, layer, RunConfig)
+        sources.update(dict.fromkeys(leaf_keys(layer, RunConfig), name))
+    data["profile"] = profile
+    if not named:
+        sources["profile"] = "default: " + (
+            "spade-rl run's without a file" if path is None else "a saved run's"
+        )
     config = build(RunConfig, data, "")
     _check_derived(data, config)
+    config.check_precision()
     config.check_launch(launch_processes() if processes is None else processes)
-    return config
+    return ResolvedConfig(config, sources)
+
+
+def _read_file(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration {path}: {exc}") from None
+    try:
+        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(
+            f"{path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}"
+        ) from None
+
+
+def _renamed(data: dict, where: str) -> dict:
+    """``data`` with renamed keys under their new names, each old name found shown as a deprecation."""
+    data, notes = upgrade_renamed(data, RENAMED_KEYS, RENAMED_VALUES, where)
+    for note in notes:
+        log.warning("%s", note)
+        warnings.warn(note, FutureWarning, stacklevel=3)
+    return data
+
+
+def _unnamed_profile(path: str | Path | None) -> str:
+    """The profile of a configuration that names none: the CPU profile for a run without a file, and for a
+    resolved ``config.json`` saved before profiles existed (it holds every key, and was resolved over the
+    CPU defaults then); a TOML file must name its own."""
+    if path is None:
+        return DEFAULT_PROFILE
+    if Path(path).suffix == ".json":
+        log.warning(
+            "%s names no profile: a saved configuration, read over the %r profile", path, DEFAULT_PROFILE
+        )
+        return DEFAULT_PROFILE
+    raise ConfigError(
+        f"{path} names no profile: add a top-level profile = 'cpu' (spade-rl run's CPU settings) or "
+        "profile = 'none' (the components' own defaults), above its first table; every key the file does "
+        f"not set comes from the profile (allowed: {list(PROFILES)}; spade-rl config --explain shows them)"
+    )
+
+
+def _cuda_available() -> bool:
+    """Whether torch sees a CUDA device (imports torch: asked only where the answer decides)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def launch_processes() -> int:
@@ -380,11 +439,17 @@ def load_run_config(config_path: Path | None, overrides: list[str], run_dir: Pat
     return load_config(config_path, overrides)
 
 
-def save_config(config: RunConfig, path: Path) -> None:
-    """The resolved configuration as JSON, without the derived keys (they follow their sources)."""
+def saved_data(config: RunConfig) -> dict:
+    """The data of a resolved configuration as ``config.json`` holds it: every key but the derived ones."""
     data = to_data(config)
     for key in DERIVED_KEYS:
         pop_dotted(data, key)
+    return data
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    """The resolved configuration as JSON, without the derived keys (they follow their sources)."""
+    data = saved_data(config)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

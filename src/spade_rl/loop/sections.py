@@ -42,7 +42,7 @@ class LoopConfig:
     # The update of one iteration: 0 trains all of its groups in one optimiser step; G > 0 cuts them into
     # optimiser steps of at most G groups each (minibatches). update_epochs passes over them, each pass in
     # a new order: every step after the first is off-policy, bounded by the clipped importance ratio
-    # against the sampler's log-probs (train.old_logprobs = "sampling").
+    # against the old log-probs (train.old_logprobs).
     groups_per_step: int = 0
     update_epochs: int = 1
     checkpoint_every: int = 1

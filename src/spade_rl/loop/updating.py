@@ -12,8 +12,9 @@ Which learner (:func:`make_learner`), by ``[policy]`` backend:
   and :class:`SyncingLearner` pushes its weights to every server once at start (or after a checkpoint is
   loaded), and after every optimiser step (``sync/...`` and ``time/sync_s`` metrics), through
   :mod:`spade_rl.policy.weight_sync`. Before anything runs, every server is checked: development mode, a
-  weight-transfer engine for ``nccl``, and, with ``train.old_logprobs = "sampling"``, log-probs of the
-  tempered distribution (``--logprobs-mode processed_logprobs``);
+  weight-transfer engine for ``nccl``, and, with ``train.old_logprobs = "sampling"`` (the default "auto"
+  recomputes them here, with truncated importance sampling), log-probs of the tempered distribution
+  (``--logprobs-mode processed_logprobs``);
 - ``servers`` with ``weight_sync = "none"``: :class:`InferenceOnlyLearner`. The run designs, validates,
   plays, rewards and archives, but never updates anything (the servers' weights cannot follow an update,
   so training a local copy would only drift from what generates). It says so in a warning at start, in
@@ -212,7 +213,7 @@ def make_learner(config: RunConfig, policy: Policy, *, device: str | None = None
         sync = make_weight_sync(servers, api_key=policy.api_key, device=next(model.parameters()).device)
         assert sync is not None
         try:
-            sync.check(processed_logprobs=config.train.old_logprobs == "sampling")
+            sync.check(processed_logprobs=config.update_config.old_logprobs == "sampling")
         except PolicyError as error:
             raise ConfigError(str(error)) from error
         inner: BaseLearner = SyncingLearner(Learner(model, tokenizer, config.update_config), sync)
