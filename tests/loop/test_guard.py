@@ -12,6 +12,7 @@ from spade_rl.loop.guard import (
     empty_action,
     empty_action_win,
     flag_changed,
+    one_answer_win,
     win_rate_shift,
     won_count,
 )
@@ -79,6 +80,27 @@ def test_changed_needs_distinct_seeds_for_the_rate():
     assert changed(distinct, before, stats(4, 4), 0.6, 1e-4)[0] == "win_rate_shift"
     empty = [*distinct[:7], episode("", True, seed=3)]
     assert changed(empty, [], stats(4, 4), 0.6, 1e-4)[0] == "empty_action_won"
+
+
+def test_one_answer_that_wins_at_almost_every_seed():
+    """16 of 16 seeds won by one answer: P(X >= 16) = 2^-16 = 1.5e-5 < 1e-4; 15 of 16: 17 / 2^16 =
+    2.6e-4, not below it. Spellings of one answer count together; a play of several answers does not."""
+    spellings = ["\\boxed{-1}", "<answer>-1</answer>", "-1.0", "\\boxed{ -1 }"]
+    every = [episode(spellings[n % 4], True, seed=n) for n in range(16)]
+    why = one_answer_win(every, 1e-4)
+    assert "won at 16 of 16 seeds" in why and "1.5e-05" in why, why
+    assert changed(every, [], stats(8, 8, n=8), 0.6, 1e-4)[0] == "one_answer_won"
+    all_but_one = [*every[:15], episode("\\boxed{3}", False, seed=15)]
+    assert one_answer_win(all_but_one, 1e-4) == ""
+    assert one_answer_win(all_but_one, 1e-3) != ""  # 2.6e-4 < 1e-3
+    varied = []
+    for n in range(16):  # won, but each episode tried another answer first
+        e = episode("\\boxed{-1}", True, seed=n)
+        e.turns.insert(0, Turn(f"\\boxed{{{n}}}", "no", 0.0, False, False, "stop"))
+        varied.append(e)
+    assert one_answer_win(varied, 1e-4) == ""
+    shared = [episode("\\boxed{-1}", True, seed=7) for _ in range(16)]  # one seed: one instance
+    assert one_answer_win(shared, 1e-4) == "" and changed(shared, [], stats(8, 8, n=8), 0.6, 1e-4) is None
 
 
 def played(env_id: int, nohint: list[Episode], hint: list[Episode]) -> PlayedEnv:

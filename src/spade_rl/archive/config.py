@@ -34,8 +34,10 @@ class ArchiveConfig:
       above ``memory_negative_above`` (0.1, 0.9); no reference environments stand in for missing positives.
     - ``flag_changed``, ``flag_win_rate_shift``, ``flag_p_value``: the play-time guard
       (:mod:`spade_rl.loop.guard`): flag, and so leave out of the pool and the memory, an environment
-      won by an empty action in training, or whose win rate moved by at least ``flag_win_rate_shift``
-      from what was recorded before with a binomial tail probability below ``flag_p_value``.
+      won by an empty action in training, one answer of which won at far more seeds than validation lets
+      one answer win (a binomial tail probability below ``flag_p_value``), or whose win rate moved by
+      at least ``flag_win_rate_shift`` from what was recorded before with a binomial tail probability
+      below ``flag_p_value``.
     - ``busy_timeout_s``: how long a writer waits for another writer's transaction before failing.
     - ``synchronous``: SQLite's ``PRAGMA synchronous``. ``FULL`` (default) also survives a power cut;
       ``NORMAL`` survives a killed process but may lose the last commits on a power cut.

@@ -9,6 +9,16 @@ of that in an iteration's play, each a stable reason code (``FLAG_REASONS``):
 - ``empty_action_won``: an episode was won by an empty action: nothing but spaces, an empty
   ``\\boxed{}`` or ``<answer></answer>``, or one of validation's malformed actions (which validation
   saw lose). No task is answered by nothing: the environment rewards whatever it is sent.
+- ``one_answer_won``: one answer, the only one of its episodes (said once, or repeated every turn),
+  won at ``k`` of the ``n`` distinct seeds played this iteration, ``k >= MIN_DISTINCT_SEEDS`` and
+
+      P(X >= k) < p_value,  X ~ Binomial(n, ONE_ANSWER_RATE)
+
+  (answers compared as :func:`~spade_rl.design.answer_space.answer_key` does). Validation refuses an
+  environment whose most common answer wins more than half of its seeds as a constant (its answer
+  replay, ``max_answer_replay_win_rate``) and one whose constants of its answer space win where the
+  task answers otherwise; an answer that wins far more seeds than that in play is a reward for not
+  reading the task (a constant the search did not try, a parser that takes any answer of a shape).
 - ``win_rate_shift``: the share of episodes won now (both arms, with and without the hint) lies far
   from the share the archive recorded for the environment in earlier iterations: ``|p_now - p_before|
   >= shift`` and the binomial tail of the count won now under the earlier rate is below ``p_value``,
@@ -38,6 +48,7 @@ from dataclasses import dataclass
 
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.archive.records import merge_stats
+from spade_rl.design.answer_space import answer_key
 from spade_rl.design.answers import final_answer
 from spade_rl.design.report import MALFORMED_ACTIONS
 from spade_rl.loop.stages import PlayedEnv
@@ -45,8 +56,11 @@ from spade_rl.rollout import Episode
 
 log = logging.getLogger(__name__)
 
-FLAG_REASONS = ("empty_action_won", "win_rate_shift")
+FLAG_REASONS = ("empty_action_won", "one_answer_won", "win_rate_shift")
 MIN_DISTINCT_SEEDS = 4
+# The share of seeds one answer may win (ValidationSettings.max_answer_replay_win_rate's default): more,
+# beyond noise, is one_answer_won
+ONE_ANSWER_RATE = 0.5
 # Origins whose code is the package's (spade_rl.envs.reference): left out of the win-rate test
 TRUSTED_ORIGINS = ("reference",)
 
@@ -70,6 +84,33 @@ def empty_action(action: str) -> bool:
 def empty_action_win(episodes: Sequence[Episode]) -> Episode | None:
     """The first won episode whose winning (last) action is empty, or None."""
     return next((e for e in episodes if e.won and e.turns and empty_action(e.turns[-1].action)), None)
+
+
+def one_answer_win(episodes: Sequence[Episode], p_value: float) -> str:
+    """Why one answer won too widely in ``episodes`` (see the module docstring), or ''."""
+    played = {e.spec.seed for e in episodes}
+    seeds_won: dict[str, set[int]] = {}
+    examples: dict[str, str] = {}
+    for episode in episodes:
+        if not (episode.won and episode.turns):
+            continue
+        keys = {answer_key(turn.action) for turn in episode.turns}
+        if len(keys) == 1:
+            key = keys.pop()
+            seeds_won.setdefault(key, set()).add(episode.spec.seed)
+            examples.setdefault(key, episode.turns[-1].action)
+    for key, seeds in sorted(seeds_won.items(), key=lambda item: -len(item[1])):
+        k, n = len(seeds), len(played)
+        if k < MIN_DISTINCT_SEEDS:
+            break
+        tail = binomial_tail(k, n, ONE_ANSWER_RATE, upper=True)
+        if tail < p_value:
+            return (
+                f"the answer {examples[key][:80]!r}, the only one of its episodes, won at {k} of {n} seeds "
+                f"played (a tail probability of {tail:.1e} if one answer won at most {ONE_ANSWER_RATE:.0%} "
+                f"of them; flag_p_value {p_value:g})"
+            )
+    return ""
 
 
 def won_count(stats: PlayStats) -> tuple[int, int]:
@@ -118,7 +159,7 @@ def changed(
 ) -> tuple[str, str] | None:
     """The first sign of a change in one environment's play of one iteration, as (reason, message), or
     None. ``episodes``: all its episodes of the iteration; ``now``: their statistics; ``check_rate``
-    False leaves out the win-rate test (the empty-action one always runs)."""
+    False leaves out the one-answer and win-rate tests (the empty-action one always runs)."""
     won = empty_action_win(episodes)
     if won is not None:
         return (
@@ -126,6 +167,9 @@ def changed(
             f"an episode (seed {won.spec.seed}) was won by the empty action {won.turns[-1].action[:80]!r}",
         )
     if check_rate and len({e.spec.seed for e in episodes}) >= MIN_DISTINCT_SEEDS:
+        why = one_answer_win(episodes, p_value)
+        if why:
+            return "one_answer_won", why
         why = win_rate_shift(before, now, shift, p_value)
         if why:
             return "win_rate_shift", why

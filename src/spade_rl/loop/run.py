@@ -52,7 +52,7 @@ from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
-from spade_rl.loop.guard import flag_changed
+from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.rundir import RunDirectory
 from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
@@ -183,6 +183,8 @@ class SelfPlay:
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
         metrics["guard/flagged"] = float(len(flags))  # environments the play-time guard took out of the pool
+        for reason in FLAG_REASONS:  # and why
+            metrics[f"guard/{reason}"] = float(sum(flag.reason == reason for flag in flags))
         if self.executor.kind == "ray":
             for key in ("actors_lost", "envs_lost", "retries"):
                 metrics[f"executor/{key}"] = executor_after[key] - executor_before[key]
