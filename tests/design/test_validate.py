@@ -137,7 +137,8 @@ def test_hint_leak_and_judge(pool):
         "action.strip() == self.word", "self.word in action"
     )
     assert validate_source(pool, boxed, hint="Try saying something short.").valid
-    leaking = validate_source(pool, boxed, hint="The answer is go.")
+    # Seed 0 (its word is "go") pinned: the battery draws its own first seed otherwise
+    leaking = validate_source(pool, boxed, ValidationSettings(seed=0), hint="The answer is go.")
     assert (leaking.valid, leaking.reason) == (False, "hint_leaks_answer")
     settings = ValidationSettings(judge=lambda source, hint: (False, "too boring"))
     judged = validate_source(pool, GOOD, settings)
@@ -199,7 +200,10 @@ def test_stacked_instances_follow_the_sandbox(pool):
     counted = rigged_after(40)
     report = validate_source(pool, counted)
     assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
-    assert validate_source(pool, counted, ValidationSettings(stacked_instances=40)).valid
+    # Without the trivial-policy search, which plays as training plays and so fills workers too
+    assert validate_source(pool, counted, ValidationSettings(stacked_instances=40, trivial_seeds=0)).valid
+    played = validate_source(pool, counted, ValidationSettings(stacked_instances=40))
+    assert played.reason == "malformed_action_wins" and "as training plays" in played.message, played
     with pytest.raises(ValueError, match="stacked_instances"):
         ValidationSettings(stacked_instances=-1)
 

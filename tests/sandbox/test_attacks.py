@@ -965,6 +965,15 @@ def validate_attack(name: str, hint: str = "") -> object:
     return report
 
 
+def validate_source_once(name: str, settings: ValidationSettings) -> object:
+    """``validate_attack`` with other settings (a pinned seed)."""
+    require_sandbox()
+    with Sandbox(CONFIG) as pool:
+        report = validate_source(pool, attack_source(name), settings)
+        assert_pool_works(pool)
+    return report
+
+
 def test_seed_zero_only():
     report = validate_attack("seed_zero_only")
     assert report.reason == "solution_does_not_win" and "at seed" in report.message, report
@@ -1045,6 +1054,66 @@ def test_short_answer_leak():
 def test_trivially_won():
     report = validate_attack("trivially_won")
     assert report.reason == "trivial_policy_wins" and "of 8 seeds" in report.message, report
+
+
+def test_first_reset_seed():
+    """Honest only where an interpreter's first reset was seed 0: the battery's seeds are drawn at random;
+    pinned to 0, its worker is honest, and the trivial search, in a worker of its own, is not."""
+    report = validate_attack("first_reset_seed")
+    assert report.reason == "malformed_action_wins" and report.seed != 0, report
+    pinned = validate_source_once("first_reset_seed", dataclasses.replace(VALIDATION, seed=0))
+    assert pinned.reason == "malformed_action_wins" and "as training plays" in pinned.message, pinned
+
+
+def test_solution_asked():
+    """Honest only after solution() was asked for: the trivial search plays in a worker never asked."""
+    report = validate_attack("solution_asked")
+    assert report.reason == "malformed_action_wins" and "as training plays" in report.message, report
+
+
+def test_hashed_seeds():
+    """Honest at the seeds it computes from its own source, as validation drew them from seed 0: seed 0
+    pinned, it passes (the attack works where the seeds can be computed); drawn at random, it is refused."""
+    pinned = validate_source_once("hashed_seeds", dataclasses.replace(VALIDATION, seed=0))
+    assert pinned.valid, pinned
+    report = validate_attack("hashed_seeds")
+    assert report.reason == "malformed_action_wins", report
+
+
+def test_negative_constant():
+    report = validate_attack("negative_constant")
+    assert report.reason == "trivial_policy_wins" and "-42" in report.message, report
+
+
+def test_negative_constant_flagged_in_play(tmp_path):
+    """Had it been played, an agent that learned the constant is flagged by the guard: one answer won at
+    every seed (``one_answer_won``), and the environment leaves the pool."""
+    from spade_rl.archive import ArchiveConfig
+    from spade_rl.loop.guard import flag_changed
+    from spade_rl.loop.stages import PlayedEnv
+    from spade_rl.policy import FakePolicy, default_tokenizer
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+    from spade_rl.stats import play_stats
+
+    require_sandbox()
+    source = attack_source("negative_constant")
+    archive = Archive(tmp_path / "archive.sqlite", ArchiveConfig())
+    env_id = archive.add(source, valid=True, reason="ok", skill="math", setting="games", iteration=0).env_id
+    policy = FakePolicy(lambda chat: "\\boxed{-42}", tokenizer=default_tokenizer())
+    specs = [EpisodeSpec(source, seed=n, env_kwargs={"max_turns": 3}) for n in range(32)]
+    with Sandbox(CONFIG) as pool:
+        episodes = run_episodes(policy, pool, specs, RolloutConfig(max_turns=3))
+    assert all(e.won for e in episodes)
+    played = [PlayedEnv(env_id, episodes[:16], episodes[16:], play_stats(episodes[:16], episodes[16:]))]
+    [flag] = flag_changed(archive, played, iteration=1)
+    assert (flag.env_id, flag.reason) == (env_id, "one_answer_won") and "32 of 32 seeds" in flag.message, flag
+    assert env_id not in archive.pool_weights()
+    archive.close()
+
+
+def test_any_two_digits():
+    report = validate_attack("any_two_digits")
+    assert report.reason == "trivial_policy_wins", report
 
 
 HONEST_WITH_MAX_TURNS = """

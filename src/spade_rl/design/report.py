@@ -40,6 +40,7 @@ class ValidationReport:
     seconds: float = 0.0
     solution_turns: int = 0
     env_kwargs: dict = field(default_factory=dict)  # the constructor arguments it was validated with
+    seed: int = 0  # the first seed it played, the root of the others: ValidationSettings(seed=...) replays it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -47,7 +48,11 @@ class ValidationReport:
 
 @dataclass(frozen=True)
 class ValidationSettings:
-    seed: int = 0  # the first seed played; the others are drawn from the source's hash
+    # The first seed played, from which the others derive (design.transcripts.derived_seeds). None: a
+    # new one for every validation, drawn in the trusted process from a random source (secrets) that
+    # the environment cannot read or predict, as training draws its own; a number replays a report's
+    # ``seed``. A fixed seed is known to whoever reads the configuration: not for designed environments.
+    seed: int | None = None
     seeds: int = 3  # seeds the solution is played on (and the hint checked against)
     instances: int = 2  # instances played interleaved in one worker (1: no such check)
     # Instances made one after another in one worker, some of them played (design.transcripts.
@@ -57,6 +62,11 @@ class ValidationSettings:
     trivial_seeds: int = 8  # seeds each trivial and answer-replay policy plays (0: neither check)
     answer_seeds: int = 16  # seeds whose solutions give the answer the answer replay plays (0: no such check)
     max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
+    # The trivial-policy search (design.trivial_search): constants of the environment's answer space,
+    # each repeated every turn (0: none), and random answers of each seed's solution's shape per seed
+    # (0: none). Both are played as training plays, and count against max_trivial_win_rate.
+    answer_space_constants: int = 96
+    shaped_guesses: int = 2
     # The largest share of them the answer replay's constant may win: "the same answer on most seeds".
     # (At max_trivial_win_rate it would refuse every question of three options, the kit's own example
     # of optimisation and two families of the warm-up's synthetic designs among them.)
@@ -103,6 +113,17 @@ class ValidationSettings:
                 f"seeds={self.seeds}, instances={self.instances}, trivial_seeds={self.trivial_seeds}, "
                 f"answer_seeds={self.answer_seeds}"
             )
+        seed = self.seed
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31
+        ):
+            raise ValueError(
+                f"seed must be None (drawn for each validation) or a whole number in [0, 2**31), got {seed!r}"
+            )
+        for name in ("answer_space_constants", "shaped_guesses"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
+                raise ValueError(f"{name} must be a whole number from 0 (off) to 1024, got {value!r}")
         stacked = self.stacked_instances
         if stacked is not None and (isinstance(stacked, bool) or not isinstance(stacked, int) or stacked < 0):
             raise ValueError(f"stacked_instances must be None or a whole number >= 0, got {stacked!r}")

@@ -1,6 +1,6 @@
 """What the validation battery does with the answers of the sandbox: a call's value or its failure as
-a reason code, transcripts compared, the seeds validation plays (drawn from the source's hash) and the
-instances of one worker it plays.
+a reason code, transcripts compared, the seeds validation plays (derived from the battery's random
+seed) and the instances of one worker it plays.
 
 Pure functions (no sandbox call here); :mod:`spade_rl.design.validate` runs the battery with them.
 """
@@ -11,7 +11,7 @@ import hashlib
 import json
 import random
 
-from spade_rl.design.report import Failed, ValidationSettings
+from spade_rl.design.report import Failed
 from spade_rl.envs.contract import ContractViolation
 from spade_rl.sandbox import CallResult, Status
 
@@ -72,9 +72,10 @@ def probed_instances(first: int, last: int) -> list[int]:
 
 
 def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]:
-    """``count`` distinct seeds in [0, 2**31) drawn from the source's hash, ``purpose`` and ``seed``:
-    the same source always gets the same ones (validation is reproducible), as unpredictable to an
-    environment as the seeds training draws from the run's generator."""
+    """``count`` distinct seeds in [0, 2**31), other than ``seed``, drawn from ``seed``, ``purpose`` and
+    the source's hash: the same three always give the same ones (a report's ``seed`` replays its
+    validation). The battery draws ``seed`` itself from a random source the environment cannot read,
+    so that none of them can be computed by the environment (its module can read its own source)."""
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
     rng = random.Random(f"{purpose}:{seed}:{digest}")
     seeds: list[int] = []
@@ -85,6 +86,6 @@ def derived_seeds(source: str, purpose: str, seed: int, count: int) -> list[int]
     return seeds
 
 
-def validation_seeds(source: str, settings: ValidationSettings) -> list[int]:
-    """The seeds the solution is played on: ``settings.seed``, then ``seeds - 1`` derived ones."""
-    return [settings.seed, *derived_seeds(source, "seeds", settings.seed, settings.seeds - 1)]
+def validation_seeds(source: str, seed: int, count: int) -> list[int]:
+    """The ``count`` seeds the solution is played on: ``seed`` (the battery's), then derived ones."""
+    return [seed, *derived_seeds(source, "seeds", seed, count - 1)]

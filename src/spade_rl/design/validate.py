@@ -16,8 +16,9 @@ Checks, in order (the first failure decides the verdict):
 - ``step_raised`` / ``step_bad_type`` / ``reward_not_finite`` / ``reward_out_of_range``: every
   ``step`` below answers a correctly typed 5-tuple with a finite reward in range;
 - ``solution_does_not_win``: replaying ``solution()`` through ``step`` ends terminated with the
-  maximum reward, on every seed validation plays (``seeds``: the configured seed, then seeds drawn
-  from the source's hash, as training draws its own: an environment honest only at one seed fails);
+  maximum reward, on every seed validation plays (``seeds``: a first seed drawn in this process from a
+  random source the environment cannot read, ``ValidationReport.seed``, then seeds derived from it, as
+  training draws its own: an environment honest only at seeds it can name or compute fails);
 - the reset gate, when ``reset_gate_seeds`` is set (the reference's SPADE_RESET_GATE, off by default):
   ``reset`` with that many more seeds answers well-typed observations, and
   ``same_instance_every_seed`` when every one of those seeds gives the same instance (the same first
@@ -43,15 +44,21 @@ Checks, in order (the first failure decides the verdict):
 - ``hint_leaks_answer``: the hint, when given, does not contain the final answer of any seed played
   (unless it is one answer at every seed that every first observation states: the tool kit's "done"
   of a stepped task is no secret);
-- ``trivial_policy_wins``: no policy of a fixed set of trivial ones (one short action repeated;
-  answers drawn at random from the numbers and words of the first observation, in the format it
-  asks for) wins more than ``max_trivial_win_rate`` of ``trivial_seeds`` seeds (15% by default, as
-  the reference implementation refuses what random guessing wins);
+- ``trivial_policy_wins``: the trivial-policy search (:mod:`spade_rl.design.trivial_search`), played
+  as training plays, in a worker of its own that is never asked for a solution, one instance per
+  episode: no policy of a fixed set of trivial ones (one short action repeated; answers drawn at
+  random from the numbers and words of the first observation, in the format it asks for), no random
+  answer of the solution's own shape, wins more than ``max_trivial_win_rate`` of its episodes at
+  ``trivial_seeds`` seeds (15% by default, as the reference implementation refuses what random
+  guessing wins), and no constant of the answer space the environment shows (its observations, hint,
+  solutions' answers and source literals, neighbours of their numbers, negatives, the empty answer)
+  wins more than that share of the seeds where the solution answers something else; a malformed
+  action that wins there is ``malformed_action_wins``;
 - ``answer_replay_wins``: the cross-seed answer replay: the most common final answer of the solutions
   at ``answer_seeds`` seeds, played as a constant at the trivial policies' seeds (other seeds than
-  those it came from), wins at most ``max_answer_replay_win_rate`` of them (half by default: a task
-  whose answer is the same word on most seeds is won without being read; a question of three
-  options, whose constant wins a third, is left to the designer's reward);
+  those it came from), as training plays, wins at most ``max_answer_replay_win_rate`` of them (half by
+  default: a task whose answer is the same word on most seeds is won without being read; a question
+  of three options, whose constant wins a third, is left to the designer's reward);
 - ``judge_rejected``: an optional judge (for example an LLM) accepts it; off by default;
 - sandbox failures during any call: ``timeout``, ``crashed``, ``memory``, ``output_too_large``,
   ``protocol_error``, ``worker_lost``; ``validation_timeout`` when the whole battery runs past its
@@ -69,9 +76,11 @@ from here too.
 
 from __future__ import annotations
 
+import secrets
 import time
 
-from spade_rl.design.answers import common_answer, final_answer, leaked_answer, trivial_actions
+from spade_rl.design import trivial_search
+from spade_rl.design.answers import final_answer, leaked_answer
 from spade_rl.design.report import (
     MALFORMED_ACTIONS,
     REASONS,
@@ -127,6 +136,14 @@ class _Battery:
         self.report = ValidationReport(valid=False, reason="ok")
         self.started = time.perf_counter()
         self.handles: list[EnvHandle] = []
+        # The first seed played, and the root of the others: drawn here, in the trusted process, from a
+        # source the environment cannot read, unless the settings give one (to replay a report)
+        self.seed = settings.seed if settings.seed is not None else secrets.randbelow(2**31)
+        self.report.seed = self.seed
+
+    def derived(self, purpose: str, count: int) -> list[int]:
+        """``count`` seeds for ``purpose``, drawn from ``self.seed`` (see ``transcripts.derived_seeds``)."""
+        return derived_seeds(self.source, purpose, self.seed, count)
 
     def passed(self, check: str, since: float) -> None:
         now = time.perf_counter()
@@ -203,7 +220,7 @@ class _Battery:
         report.class_name, has_max_turns = static_checks(self.source, s)
         kwargs = {**({"max_turns": s.max_turns} if has_max_turns else {}), **s.env_kwargs}
         report.env_kwargs = dict(kwargs)
-        seeds = validation_seeds(self.source, s)
+        seeds = validation_seeds(self.source, self.seed, s.seeds)
         self.passed("static", t)
 
         t = time.perf_counter()
@@ -315,13 +332,14 @@ class _Battery:
 
         if s.trivial_seeds:
             t = time.perf_counter()
-            self.trivial_policies(env)
+            space = trivial_search.answer_space(self, env)
+            play = trivial_search.TrainingPlay(self, kwargs)
+            trivial_search.search(self, play, space)
             self.passed("trivial_policies", t)
-
-        if s.trivial_seeds and s.answer_seeds:
-            t = time.perf_counter()
-            self.answer_replay(env)
-            self.passed("answer_replay", t)
+            if s.answer_seeds:
+                t = time.perf_counter()
+                trivial_search.answer_replay(self, play, space)
+                self.passed("answer_replay", t)
 
         if s.judge is not None:
             t = time.perf_counter()
@@ -335,7 +353,7 @@ class _Battery:
         """Reset with ``reset_gate_seeds`` more seeds: each answers a well-typed observation; not every
         one the same instance; not every one with a step whose check raises at the start."""
         s = self.settings
-        seeds = derived_seeds(self.source, "reset_gate", s.seed, s.reset_gate_seeds)
+        seeds = self.derived("reset_gate", s.reset_gate_seeds)
         instances, raising = set(), []
         for seed in seeds:
             observation, info = self.reset(env, seed)
@@ -397,50 +415,6 @@ class _Battery:
                         )
             self.discard(other)
             self.within_budget(f"in stacked_instances, at instance {number}")
-
-    def answer_replay(self, env: EnvHandle) -> None:
-        """The cross-seed answer replay: the solutions of ``answer_seeds`` seeds give their most common
-        answer (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of
-        them, it is played as a constant (repeated every turn) at the trivial policies' seeds, other
-        seeds than those it came from, and fails when it wins more than that share of them: the answer
-        needs no reading of the task."""
-        s = self.settings
-        answer_seeds = derived_seeds(self.source, "answers", s.seed, s.answer_seeds)
-        solutions = []
-        for seed in answer_seeds:
-            self.reset(env, seed)
-            solutions.append(self.solution(env))
-        action, count = common_answer(solutions)
-        rate = s.max_answer_replay_win_rate
-        if count <= rate * len(answer_seeds):
-            return  # no answer is common enough to win as a constant
-        seeds = derived_seeds(self.source, "trivial", s.seed, s.trivial_seeds)
-        wins = sum(self.won(self.play(env, seed, [action] * s.max_turns)[-1]) for seed in seeds)
-        if wins > rate * len(seeds):
-            raise Failed(
-                "answer_replay_wins",
-                f"the final action {short(action)}, the answer of {count} of {len(answer_seeds)} seeds' "
-                f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
-                f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
-            )
-
-    def trivial_policies(self, env: EnvHandle) -> None:
-        """Each trivial policy plays ``trivial_seeds`` seeds; one that wins too often fails."""
-        s = self.settings
-        seeds = derived_seeds(self.source, "trivial", s.seed, s.trivial_seeds)
-        wins: dict[str, int] = {}
-        for seed in seeds:
-            first = self.reset(env, seed)
-            for number, (name, actions) in enumerate(trivial_actions(first[0], seed, s.max_turns).items()):
-                transcript = self.play(env, seed, actions, first if number == 0 else None)
-                wins[name] = wins.get(name, 0) + self.won(transcript[-1])
-        name, count = max(wins.items(), key=lambda item: item[1])
-        if count > s.max_trivial_win_rate * len(seeds):
-            raise Failed(
-                "trivial_policy_wins",
-                f"the trivial policy '{name}' wins {count} of {len(seeds)} seeds; at most "
-                f"{s.max_trivial_win_rate:.0%} may be won without playing (max_trivial_win_rate)",
-            )
 
 
 def validate_source(

@@ -1,0 +1,232 @@
+"""The trivial-policy search of the validation battery, played as training plays.
+
+An environment cannot tell these episodes from training's: each is an instance of its own, made in
+a worker that has run nothing of validation's (no ``solution()`` call, no replayed seed), several
+opened together and reset first, then stepped in turn, as ``rollout.run_episodes`` plays a batch;
+a worker is left once it has made as many instances as the sandbox lets one make
+(``SandboxConfig.episodes_per_worker``), as the pool retires it. The seeds are those of the battery,
+drawn from a random source the environment cannot read (``ValidationReport.seed``).
+
+What is played (the answer space comes from :mod:`spade_rl.design.answer_space`):
+
+- each malformed action once (``malformed_action_wins`` if it wins);
+- the trivial policies of :func:`~spade_rl.design.answers.trivial_actions` at every trivial seed, and
+  ``shaped_guesses`` random answers of each seed's solution's shape (a random number of its digit
+  count, a random word of its length), each repeated every turn: none may win more than
+  ``max_trivial_win_rate`` of its episodes (``trivial_policy_wins``);
+- up to ``answer_space_constants`` constants of the answer space, each repeated every turn, first at
+  ``SCREEN_SEEDS`` seeds, then, when one won there where its answer is not the task's, at every
+  trivial seed: none may win more than ``max_trivial_win_rate`` of them where the solution answers
+  something else (``trivial_policy_wins``; a constant that is the seed's answer wins fairly);
+- the answer replay's constant (``answer_replay_wins``, see ``answer_replay``).
+
+:mod:`spade_rl.design.validate` runs it after its other checks; it raises ``Failed`` as they do.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spade_rl.design.answer_space import (
+    constant_candidates,
+    shaped_guess,
+    source_literals,
+    undeserved,
+    wrap_like,
+)
+from spade_rl.design.answers import common_answer, final_answer, trivial_actions
+from spade_rl.design.report import MALFORMED_ACTIONS, Failed
+from spade_rl.design.transcripts import canonical, short, value_of
+
+if TYPE_CHECKING:
+    from spade_rl.design.validate import _Battery
+    from spade_rl.sandbox import EnvHandle
+
+BATCH = 8  # instances opened together in one worker, as training opens the episodes of a group
+SCREEN_SEEDS = 3  # seeds every constant plays before the suspicious ones play every trivial seed
+# A constant's episode stops once this many steps in a row gave the same answer (observation, reward,
+# flags, info) but for its numbers (a count of turns left): the environment no longer changes under it
+# (a guessing game's "too low" to the same guess), and its remaining turns would cost most of the
+# search. Other policies play every turn. (An environment that rewards a constant after some repeats
+# that look alike is left to the play-time guard, which sees one answer win across instances.)
+STALL_STEPS = 3
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass
+class AnswerSpace:
+    """What the battery's worker showed at the trivial and answer seeds: each seed's first
+    observation and ``solution()``."""
+
+    trivial_seeds: list[int]
+    answer_seeds: list[int]
+    observations: dict[int, str]
+    solutions: dict[int, list[str]]
+
+
+class TrainingPlay:
+    """Episodes played as training plays them (see the module docstring)."""
+
+    def __init__(self, battery: _Battery, kwargs: dict):
+        self.battery = battery
+        self.kwargs = kwargs
+        self.anchor: EnvHandle | None = None  # an open instance of the current worker
+
+    def play(self, plays: list[tuple[int, list[str], bool]]) -> list[list]:
+        """One transcript per (seed, actions, stall), in order: the reset, then each action until the
+        episode ends, or, when ``stall``, until ``STALL_STEPS`` steps in a row answered the same."""
+        transcripts: list[list] = []
+        for start in range(0, len(plays), BATCH):
+            chunk = plays[start : start + BATCH]
+            envs = self.open(len(chunk))
+            together = [
+                [self.battery.reset(env, seed)] for env, (seed, _, _) in zip(envs, chunk, strict=True)
+            ]
+            for turn in range(max(len(actions) for _, actions, _ in chunk)):
+                for env, (_, actions, stall), transcript in zip(envs, chunk, together, strict=True):
+                    ended = len(transcript) > 1 and (transcript[-1][2] or transcript[-1][3])
+                    if turn < len(actions) and not ended and not (stall and stalled(transcript)):
+                        transcript.append(self.battery.step(env, actions[turn]))
+            for env in envs[:-1]:
+                self.battery.discard(env)
+            if self.anchor is not None:
+                self.battery.discard(self.anchor)
+            self.anchor = envs[-1]  # kept open until the next batch is made beside it
+            transcripts += together
+            self.battery.within_budget(f"in trivial_policies, after {len(transcripts)} episodes")
+        return transcripts
+
+    def open(self, count: int) -> list[EnvHandle]:
+        """``count`` new instances in the current worker, or in a fresh one when it has none open or
+        would make more than the sandbox lets a worker make."""
+        battery = self.battery
+        limit = battery.sandbox.config.episodes_per_worker
+        if self.anchor is not None and self.anchor.worker_instances + count > limit:
+            battery.discard(self.anchor)
+            self.anchor = None
+        envs = []
+        if self.anchor is None:
+            envs.append(battery.open(self.kwargs, fresh_worker=True))
+        beside = self.anchor or envs[0]
+        requests = [(battery.source, self.kwargs)] * (count - len(envs))
+        if requests:
+            opened = battery.sandbox.open_many(requests, battery.settings.call_timeout_s, beside=beside)
+            for result in opened:
+                handle = value_of(result, "open")
+                battery.handles.append(handle)
+                envs.append(handle)
+        return envs
+
+
+def stalled(transcript: list) -> bool:
+    """Whether the last ``STALL_STEPS`` steps of ``transcript`` gave one answer but for its numbers."""
+    last = [_DIGITS.sub("#", canonical(step)) for step in transcript[1:][-STALL_STEPS:]]
+    return len(last) == STALL_STEPS and len(set(last)) == 1
+
+
+def answer_space(battery: _Battery, env: EnvHandle) -> AnswerSpace:
+    """Reset ``env`` (the battery's worker) at the trivial and answer seeds, and ask each for its
+    ``solution()``."""
+    s = battery.settings
+    trivial = battery.derived("trivial", s.trivial_seeds)
+    answers = battery.derived("answers", s.answer_seeds)
+    space = AnswerSpace(trivial, answers, {}, {})
+    for seed in dict.fromkeys([*trivial, *answers]):
+        space.observations[seed] = battery.reset(env, seed)[0]
+        space.solutions[seed] = battery.solution(env)
+    return space
+
+
+def won(battery: _Battery, transcript: list) -> bool:
+    return len(transcript) > 1 and battery.won(transcript[-1])
+
+
+def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
+    """The trivial policies, the shaped guesses, the malformed actions and the answer space's constants
+    (see the module docstring); ``Failed`` for the first that wins too often."""
+    s = battery.settings
+    seeds, cap = space.trivial_seeds, s.max_trivial_win_rate
+    rng = random.Random(f"trivial_search:{battery.seed}")
+    finals = {seed: actions[-1] for seed, actions in space.solutions.items()}
+    wraps = {seed: wrap_like(finals[seed]) for seed in seeds}
+    known = {final_answer(action) for action in finals.values()}
+    plays: list[tuple[str, str, int, list[str]]] = [
+        ("malformed", a, seeds[0], [a]) for a in MALFORMED_ACTIONS
+    ]
+    for seed in seeds:
+        for name, actions in trivial_actions(space.observations[seed], seed, s.max_turns).items():
+            plays.append(("trivial", name, seed, actions))
+        for _ in range(s.shaped_guesses):
+            guess = wraps[seed] % shaped_guess(final_answer(finals[seed]), rng)
+            plays.append(("shaped", guess, seed, [guess] * s.max_turns))
+    shown = [*(space.observations[seed] for seed in space.observations), battery.hint]
+    constants = constant_candidates(
+        sorted(known), shown, source_literals(battery.source), s.answer_space_constants, rng
+    )
+    screen = seeds[:SCREEN_SEEDS]
+    plays += [("constant", c, seed, [wraps[seed] % c] * s.max_turns) for c in constants for seed in screen]
+    rng.shuffle(plays)  # no order of the policies for an environment to learn
+    episodes = [(seed, actions, kind == "constant") for kind, _, seed, actions in plays]
+    outcomes = [won(battery, t) for t in play.play(episodes)]
+
+    wins: dict[tuple[str, str], list[int]] = {}
+    for (kind, name, seed, _), outcome in zip(plays, outcomes, strict=True):
+        if kind == "malformed" and outcome:
+            raise Failed(
+                "malformed_action_wins",
+                f"the malformed action {name!r} wins the episode at seed {seed}, played as training plays",
+            )
+        if kind == "constant":
+            outcome = outcome and undeserved(name, finals[seed])
+        wins.setdefault((kind, name if kind != "shaped" else ""), []).append(int(outcome))
+    for (kind, name), results in wins.items():
+        if kind in ("trivial", "shaped") and sum(results) > cap * len(results):
+            what = (
+                f"the trivial policy '{name}' wins {sum(results)} of {len(results)} seeds"
+                if kind == "trivial"
+                else f"random answers of its answers' shape win {sum(results)} of {len(results)} episodes "
+                f"({s.shaped_guesses} at each of {len(seeds)} seeds)"
+            )
+            raise Failed(
+                "trivial_policy_wins",
+                f"{what}; at most {cap:.0%} may be won without playing (max_trivial_win_rate)",
+            )
+    suspects = [name for (kind, name), results in wins.items() if kind == "constant" and any(results)]
+    rest = seeds[SCREEN_SEEDS:]
+    more = [(c, seed, [wraps[seed] % c] * s.max_turns) for c in suspects for seed in rest]
+    outcomes = [won(battery, t) for t in play.play([(seed, actions, True) for _, seed, actions in more])]
+    for (c, seed, _), outcome in zip(more, outcomes, strict=True):
+        wins[("constant", c)].append(int(outcome and undeserved(c, finals[seed])))
+    for c in suspects:
+        count = sum(wins[("constant", c)])
+        if count > cap * len(seeds):
+            raise Failed(
+                "trivial_policy_wins",
+                f"the constant answer {short(wraps[seeds[0]] % c)}, repeated, wins {count} of "
+                f"{len(seeds)} seeds whose solution answers otherwise; at most {cap:.0%} may be won "
+                "without reading the task (max_trivial_win_rate)",
+            )
+
+
+def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
+    """The cross-seed answer replay: the solutions of the answer seeds give their most common answer
+    (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of them, it is
+    played as a constant (repeated every turn) at the trivial seeds, other seeds than those it came
+    from, and fails when it wins more than that share of them: the answer needs no reading of the task."""
+    s = battery.settings
+    action, count = common_answer([space.solutions[seed] for seed in space.answer_seeds])
+    rate = s.max_answer_replay_win_rate
+    if count <= rate * len(space.answer_seeds):
+        return  # no answer is common enough to win as a constant
+    seeds = space.trivial_seeds
+    wins = sum(won(battery, t) for t in play.play([(seed, [action] * s.max_turns, False) for seed in seeds]))
+    if wins > rate * len(seeds):
+        raise Failed(
+            "answer_replay_wins",
+            f"the final action {short(action)}, the answer of {count} of {len(space.answer_seeds)} seeds' "
+            f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
+            f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
+        )
