@@ -1,10 +1,13 @@
 """What keeps the package installable beside its users' libraries: the core depends on ranges of
 transformers and accelerate and not on TRL at all; nothing under src/ imports TRL outside interop/, and
-nothing reads a private name of a transformers, TRL, accelerate or peft object or module."""
+nothing reads a private name of a transformers, TRL, accelerate or peft object or module. Whether the core
+and every extra resolve together (vllm's requirements included) is pip's resolver's to say, with the
+package index: tools/check_extras.py, which CI runs; here, that it asks for every extra."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -70,3 +73,37 @@ def test_no_private_name_of_the_libraries_is_read():
             if holders.search(code) or re.search(rf"\b({'|'.join(LIBRARIES)})(\.\w+)*\._[a-zA-Z]", code):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def check_extras():
+    spec = importlib.util.spec_from_file_location("check_extras", ROOT / "tools" / "check_extras.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_asks_the_resolver_for_the_core_with_every_extra_but_dev():
+    """The resolver's question (tools/check_extras.py) names every extra of pyproject.toml but dev, beside
+    torch 2.13.0, with the installed packages ignored; CI asks it before the tests."""
+    tool = check_extras()
+    extras = [name for name in PROJECT["optional-dependencies"] if name != "dev"]
+    assert tool.user_extras() == extras and "vllm" in extras
+    command = tool.resolve_command(extras)
+    assert command[3:7] == ["install", "--dry-run", "--ignore-installed", "--quiet"]
+    assert "torch==2.13.0" in command and command[-1] == f"{ROOT}[{','.join(extras)}]"
+    assert tool.main(["no-such-extra"]) == 2
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "python3 tools/check_extras.py" in steps
+    assert steps.index("python3 tools/check_extras.py") < steps.index("python3 -m pytest -q")
+
+
+def test_extras_that_share_a_library_with_vllm_take_ranges():
+    """vllm 0.31.0 pins fastapi (>=0.133,<0.137) and mcp (<3): an exact pin of them, or of transformers,
+    in an extra makes the extras unresolvable together (measured with pip's resolver, dry run)."""
+    extras = PROJECT["optional-dependencies"]
+    for name in ("fastapi", "uvicorn", "websockets", "fastmcp", "requests"):
+        line = requirement(name, extras["openenv"])
+        assert line is not None and "==" not in line, line
+    for extra, lines in extras.items():
+        if extra != "dev":
+            assert requirement("transformers", lines) is None, extra  # the core's range decides
