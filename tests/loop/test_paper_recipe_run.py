@@ -21,7 +21,7 @@ PAPER = Path(__file__).resolve().parents[2] / "configs" / "spade-paper-games.tom
 
 def scaled_down(tmp_path, *extra: str) -> list[str]:
     """A paper configuration at tiny scale: two iterations, D = R = 1, two designs and two environments of
-    four plays, the tiny model on CPU, short turns."""
+    four plays and four with the hint, the tiny model on CPU, short turns."""
     return [
         "policy.transformers.device='cpu'",
         "policy.transformers.dtype='float32'",
@@ -39,6 +39,7 @@ def scaled_down(tmp_path, *extra: str) -> list[str]:
         "loop.designs_per_iteration=2",
         "loop.envs_per_iteration=2",
         "loop.plays_per_env=4",
+        "loop.hint_plays_per_env=4",  # the paper configurations' 16 measure regret at full scale
         "rollout.max_turns=2",
         "rollout.max_new_tokens=8",
         "rollout.max_context_tokens=2048",
