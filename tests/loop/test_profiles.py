@@ -37,7 +37,12 @@ def test_a_run_without_a_file_builds_on_the_cpu_profile():
     )
     train = config.train
     assert (train.learning_rate, train.group_size, train.rows_per_update, train.bf16) == (5e-5, 8, 16, "auto")
-    assert (train.old_logprobs, config.update_config.tis_cap) == ("sampling", None)
+    # "auto": the trainer samples itself here, so the ratio is taken against the sampler's log-probs (as
+    # "sampling" did before "auto" existed); a servers backend over this profile recomputes them with TIS
+    update = config.update_config
+    assert (train.old_logprobs, update.old_logprobs, update.tis_cap) == ("auto", "sampling", None)
+    served = load_config(None, ["policy.backend='servers'", "warmup.designs=0"], processes=1).update_config
+    assert (served.old_logprobs, served.tis_cap) == ("recompute", 2.0)
     assert (config.design.form, config.rollout.max_turns, config.warmup.designs) == ("question", 8, 48)
     bare = RunConfig()
     assert bare.profile == "none" and bare.loop.plays_per_env != loop.plays_per_env

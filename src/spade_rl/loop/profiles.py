@@ -68,7 +68,6 @@ _CPU: dict[str, Any] = {
     # Groups of 8 (K plays, or the designs of one iteration); a step holds 2 of them (loop.groups_per_step).
     "train": {
         "learning_rate": 5e-5,  # a 135M model moves visibly in the few dozen steps a CPU run makes
-        "old_logprobs": "sampling",  # the trainer samples itself: the ratio against the log-probs it sampled
         "group_size": 8,
         "per_device_train_batch_size": 2,  # rows per pass: fewer passes (bench/update_geometry.py), in 4 GB
         "gradient_accumulation_steps": 8,
