@@ -65,6 +65,10 @@ def test_a_file_that_names_no_profile_is_refused_with_the_choices(tmp_path):
     with pytest.raises(ConfigError, match=r"names no profile: add a top-level profile = 'cpu'.*'none'"):
         load_config(path)
     assert load_config(path, ["profile='cpu'"]).loop.iterations == 2  # or named by an override
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"list.json must hold a table of settings, got list"):
+        load_config(listed)
     path.write_text('profile = "laptop"\n')
     with pytest.raises(ConfigError, match=r"profile 'laptop' does not exist; allowed: \['cpu', 'none'\]"):
         load_config(path)

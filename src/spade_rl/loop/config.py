@@ -2,14 +2,17 @@
 
     config = load_config("run.toml", overrides=["loop.iterations=5", "policy.model='/models/qwen3-4b'"])
 
-A TOML file has one table per component (``[loop]``, ``[policy]``, ``[sandbox]``, ``[corpus]``,
+A TOML file names the profile it builds on (a top-level ``profile = "cpu"`` or ``"none"``:
+:mod:`spade_rl.loop.profiles`; without a file, ``spade-rl run``'s "cpu") and has one table per component
+(``[loop]``, ``[policy]``, ``[sandbox]``, ``[corpus]``,
 ``[design]``, ``[rollout]``, ``[rewards]``, ``[train]``, ``[archive]``, ``[executor]``: ``kind = "local"``
 or ``"ray"``, with the Ray ``address`` and the actors; ``[designer]``: who designs and whether that role
 trains; ``[pool]``: what seeds the training pool; ``[eval]``: in-loop evaluation; ``[warmup]``: the
 designer's supervised warm-up); every key is optional and
 anything unknown, of the wrong type, or impossible is refused before anything runs, with the key
-and what is allowed. The resolved configuration is written into the run directory as JSON and read
-back on ``--resume``.
+and what is allowed, and so is a run whose optimiser steps would round to nothing
+(:meth:`RunConfig.check_precision`). The resolved configuration is written into the run directory as JSON
+and read back on ``--resume``; :func:`resolve_config` also says where each value came from.
 """
 
 from __future__ import annotations
@@ -379,11 +382,14 @@ def _read_file(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"cannot read the configuration {path}: {exc}") from None
     try:
-        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(
             f"{path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}"
         ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a table of settings, got {type(data).__name__}")
+    return data
 
 
 def _renamed(data: dict, where: str) -> dict:
