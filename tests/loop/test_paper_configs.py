@@ -33,6 +33,7 @@ PLAYS = "spade/core/orchestrator.py (collect_trajectories) with --global-batch-s
 SEEDS = "spade/core/orchestrator.py (plays reset without a seed; hint plays seeded hash(game + index))"
 SAMPLE = "spade/core/orchestrator.py (collect_trajectories: random.sample of the games)"
 STEP = " (--global-batch-size 192 --use-dynamic-global-batch-size: one optimiser step per rollout)"
+CONTEXT = " (--spade-max-context-length 32768: a trajectory is trained whole)"
 ZERO_STD = "spade/slime/spade_rollout.py (zero-std groups counted in rollout/zero_std_group_pct, kept)"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -75,6 +76,9 @@ REFERENCE = [
     ("rewards.delay", 4, 8, GAMES + DELAY, TOOLS + DELAY),
     ("rewards.lp_gamma_fast", 0.98, 0.98, GAMES + LP, TOOLS + LP),
     ("rewards.lp_gamma_slow", 0.85, 0.85, GAMES + LP, TOOLS + LP),
+    ("corpus.max_words", 4500, 3000, GAMES + " (--spade-corpus-max-doc-tokens 6000)", TOOLS + " (4000)"),
+    ("design.prompt.max_document_words", 4500, 3000, GAMES + " (6000 tokens)", TOOLS + " (4000 tokens)"),
+    ("train.max_completion_length", 32768, 32768, GAMES + CONTEXT, TOOLS + CONTEXT),
     ("train.learning_rate", 1e-6, 1e-6, GAMES, TOOLS),
     ("train.lr_scheduler_type", "constant", "constant", GAMES, TOOLS),
     ("train.weight_decay", 0.1, 0.1, GAMES, TOOLS),
