@@ -97,13 +97,16 @@ def test_ci_asks_the_resolver_for_the_core_with_every_extra_but_dev():
     assert steps.index("python3 tools/check_extras.py") < steps.index("python3 -m pytest -q")
 
 
-def test_extras_that_share_a_library_with_vllm_take_ranges():
+def test_extras_that_share_a_library_with_vllm_or_users_take_ranges():
     """vllm 0.31.0 pins fastapi (>=0.133,<0.137) and mcp (<3): an exact pin of them, or of transformers,
     in an extra makes the extras unresolvable together (measured with pip's resolver, dry run)."""
     extras = PROJECT["optional-dependencies"]
     for name in ("fastapi", "uvicorn", "websockets", "fastmcp", "requests"):
         line = requirement(name, extras["openenv"])
         assert line is not None and "==" not in line, line
+    for extra, name in (("corpus", "pyarrow"), ("hf", "datasets")):  # libraries users have already
+        line = requirement(name, extras[extra])
+        assert line is not None and "==" not in line and "<" in line, line
     for extra, lines in extras.items():
         if extra != "dev":
             assert requirement("transformers", lines) is None, extra  # the core's range decides
