@@ -13,6 +13,7 @@ from spade_rl.loop.guard import (
     empty_action_win,
     flag_changed,
     one_answer_win,
+    probe_shift,
     win_rate_shift,
     won_count,
 )
@@ -101,6 +102,32 @@ def test_one_answer_that_wins_at_almost_every_seed():
     assert one_answer_win(varied, 1e-4) == ""
     shared = [episode("\\boxed{-1}", True, seed=7) for _ in range(16)]  # one seed: one instance
     assert one_answer_win(shared, 1e-4) == "" and changed(shared, [], stats(8, 8, n=8), 0.6, 1e-4) is None
+
+
+def test_probe_shift_by_hand():
+    """16 of 16 probe episodes won where validation allowed 15%: P(X >= 16) = 0.15^16 = 6.6e-14. 10 of 16
+    (0.625 - 0.15 = 0.475) is under a shift of 0.6; 13 of 16 (0.66) is not, and its tail is tiny."""
+    assert "won 16 of 16 episodes" in probe_shift(16, 16, 0.15, 0.6, 1e-4)
+    assert "6.6e-14" in probe_shift(16, 16, 0.15, 0.6, 1e-4)
+    assert probe_shift(10, 16, 0.15, 0.6, 1e-4) == ""
+    assert probe_shift(13, 16, 0.15, 0.6, 1e-4) != ""
+    assert probe_shift(2, 2, 0.15, 0.6, 1e-4) == ""  # 0.15^2 = 0.0225: two episodes say little
+    assert probe_shift(0, 0, 0.15, 0.6, 1e-4) == ""
+
+
+def test_probe_flags_designed_environments_only(tmp_path):
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        ids = {origin: add_env(archive, origin, origin) for origin in ("reference", "designer")}
+        honest = [episode("go", n % 2 == 0, seed=n) for n in range(8)]
+        asked = []
+
+        def probe(env_id: int) -> tuple[int, int]:
+            asked.append(env_id)
+            return 16, 16
+
+        flags = flag_changed(archive, [played(i, honest, honest) for i in ids.values()], 1, probe, 0.15)
+        assert [(f.env_id, f.reason) for f in flags] == [(ids["designer"], "trivial_policy_won")]
+        assert asked == [ids["designer"]] and ids["designer"] not in archive.pool_weights()
 
 
 def played(env_id: int, nohint: list[Episode], hint: list[Episode]) -> PlayedEnv:

@@ -9,6 +9,11 @@ of that in an iteration's play, each a stable reason code (``FLAG_REASONS``):
 - ``empty_action_won``: an episode was won by an empty action: nothing but spaces, an empty
   ``\\boxed{}`` or ``<answer></answer>``, or one of validation's malformed actions (which validation
   saw lose). No task is answered by nothing: the environment rewards whatever it is sent.
+- ``trivial_policy_won``: validation's random policy, played by the probe (:mod:`spade_rl.loop.probe`)
+  after the iteration's play, where and as training plays, won ``k`` of its ``n`` episodes with
+  ``k / n - max_trivial_win_rate >= shift`` and ``P(X >= k) < p_value``, ``X ~ Binomial(n,
+  max_trivial_win_rate)``: validation saw that policy win at most that share. An environment that
+  tells validation from training (a seed, a call, a count it sees) is honest only in validation.
 - ``one_answer_won``: one answer, the only one of its episodes (said once, or repeated every turn),
   won at ``k`` of the ``n`` distinct seeds played this iteration, ``k >= MIN_DISTINCT_SEEDS`` and
 
@@ -43,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spade_rl.archive import Archive, PlayStats
@@ -56,7 +61,7 @@ from spade_rl.rollout import Episode
 
 log = logging.getLogger(__name__)
 
-FLAG_REASONS = ("empty_action_won", "one_answer_won", "win_rate_shift")
+FLAG_REASONS = ("empty_action_won", "trivial_policy_won", "one_answer_won", "win_rate_shift")
 MIN_DISTINCT_SEEDS = 4
 # The share of seeds one answer may win (ValidationSettings.max_answer_replay_win_rate's default): more,
 # beyond noise, is one_answer_won
@@ -113,6 +118,21 @@ def one_answer_win(episodes: Sequence[Episode], p_value: float) -> str:
     return ""
 
 
+def probe_shift(k: int, n: int, rate: float, shift: float, p_value: float) -> str:
+    """Why ``k`` wins of ``n`` probe episodes depart from the ``rate`` validation allowed (see the
+    module docstring), or ''."""
+    if not n or k / n - rate < shift:
+        return ""
+    tail = binomial_tail(k, n, rate, upper=True)
+    if tail >= p_value:
+        return ""
+    return (
+        f"validation's random policy, played as training plays, won {k} of {n} episodes; validation let it "
+        f"win at most {rate:.0%} (a tail probability of {tail:.1e}; flag_p_value {p_value:g}, "
+        f"flag_win_rate_shift {shift:g})"
+    )
+
+
 def won_count(stats: PlayStats) -> tuple[int, int]:
     """Episodes won and played, both arms together: ``(round(w_n * n_n + w_h * n_h), n_n + n_h)``."""
     won = stats.win_rate_nohint * stats.episodes_nohint + stats.win_rate_hint * stats.episodes_hint
@@ -156,16 +176,24 @@ def changed(
     shift: float,
     p_value: float,
     check_rate: bool = True,
+    probe: tuple[int, int] | None = None,
+    trivial_rate: float = 0.15,
 ) -> tuple[str, str] | None:
     """The first sign of a change in one environment's play of one iteration, as (reason, message), or
-    None. ``episodes``: all its episodes of the iteration; ``now``: their statistics; ``check_rate``
-    False leaves out the one-answer and win-rate tests (the empty-action one always runs)."""
+    None. ``episodes``: all its episodes of the iteration; ``now``: their statistics; ``probe``: (won,
+    played) of the probe's random policy, which validation let win at most ``trivial_rate``;
+    ``check_rate`` False leaves out the probe, one-answer and win-rate tests (the empty-action one
+    always runs)."""
     won = empty_action_win(episodes)
     if won is not None:
         return (
             "empty_action_won",
             f"an episode (seed {won.spec.seed}) was won by the empty action {won.turns[-1].action[:80]!r}",
         )
+    if check_rate and probe is not None:
+        why = probe_shift(*probe, trivial_rate, shift, p_value)
+        if why:
+            return "trivial_policy_won", why
     if check_rate and len({e.spec.seed for e in episodes}) >= MIN_DISTINCT_SEEDS:
         why = one_answer_win(episodes, p_value)
         if why:
@@ -176,10 +204,17 @@ def changed(
     return None
 
 
-def flag_changed(archive: Archive, played: Sequence[PlayedEnv], iteration: int) -> list[Flag]:
+def flag_changed(
+    archive: Archive,
+    played: Sequence[PlayedEnv],
+    iteration: int,
+    probe: Callable[[int], tuple[int, int]] | None = None,
+    trivial_rate: float = 0.15,
+) -> list[Flag]:
     """Apply ``changed`` to each environment played in ``iteration`` (its groups together, against its
-    statistics of earlier iterations) and flag in ``archive`` those that changed; the flags set. Off
-    when ``archive.config.flag_changed`` is false."""
+    statistics of earlier iterations, and ``probe(env_id)``'s (won, played) when given: see
+    ``loop.probe.make_probe``; ``trivial_rate``: validation's ``max_trivial_win_rate``) and flag in
+    ``archive`` those that changed; the flags set. Off when ``archive.config.flag_changed`` is false."""
     config = archive.config
     if not config.flag_changed:
         return []
@@ -196,7 +231,17 @@ def flag_changed(archive: Archive, played: Sequence[PlayedEnv], iteration: int) 
         # The package's own games cannot rig their rewards: a rise in their win rate is the agent learning
         # (a fixed-pool run saw maze go from 21 of 64 to 31 of 32 won and lose it from its pool)
         check_rate = archive.get(env_id).origin not in TRUSTED_ORIGINS
-        found = changed(episodes, before, now, config.flag_win_rate_shift, config.flag_p_value, check_rate)
+        probed = probe(env_id) if probe is not None and check_rate else None
+        found = changed(
+            episodes,
+            before,
+            now,
+            config.flag_win_rate_shift,
+            config.flag_p_value,
+            check_rate,
+            probed,
+            trivial_rate,
+        )
         if found is not None and archive.flag(env_id, iteration, *found):
             flags.append(Flag(env_id, iteration, *found))
             log.warning("environment %d flagged in iteration %d (%s): %s", env_id, iteration, *found)

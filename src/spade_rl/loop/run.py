@@ -41,7 +41,7 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spade_rl.archive import Archive
@@ -54,6 +54,7 @@ from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import seed_pool
+from spade_rl.loop.probe import make_probe
 from spade_rl.loop.rundir import RunDirectory
 from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
 from spade_rl.loop.warmup import warm_up
@@ -166,7 +167,9 @@ class SelfPlay:
         for env in played:
             self.archive.record_stats(env.env_id, i, env.stats, mode="merge")
         # an environment that behaves otherwise in play than in validation leaves the pool (loop/guard.py)
-        flags = flag_changed(self.archive, played, i)
+        flags = flag_changed(
+            self.archive, played, i, self._probe(i), cfg.design_phase.validation.max_trivial_win_rate
+        )
         batch = self._batch(designs, played, i, self.designer_rewards)
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
@@ -217,6 +220,13 @@ class SelfPlay:
                 pool = self.archive.sample_pool(wanted, rng, setting=setting)
                 chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
         return chosen
+
+    def _probe(self, iteration: int) -> Callable[[int], tuple[int, int]]:
+        """The guard's probe of this iteration: validation's random policy played where and as training
+        plays (loop/probe.py), at seeds of its own generator."""
+        rng = random.Random(f"{self.config.loop.seed}:{iteration}:probe")
+        validation, timeout_s = self.config.design_phase.validation, self.config.rollout.call_timeout_s
+        return make_probe(self.executor, self.archive, rng, validation, timeout_s)
 
     def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
         """One group per entry of ``env_ids`` (an id may come more than once: one slot each): K episodes
