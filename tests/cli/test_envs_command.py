@@ -52,13 +52,14 @@ class DigitEnv:
 def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(spade, tmp_path):
     path = tmp_path / "digit_env.py"
     path.write_text(LEAKY)
-    answer = str(random.Random(0).randrange(100, 1000))  # the answer at seed 0, which validation plays
+    answer = str(random.Random(0).randrange(100, 1000))  # the answer at seed 0, which --seed 0 plays first
     fine = spade("envs", "validate", str(path), "--hint", "Start in the middle of the range.", "--json")
     assert fine.returncode == 0, fine.stdout + fine.stderr
     assert "hint_no_leak" in json.loads(fine.stdout)[0]["checks"]
-    leaky = spade("envs", "validate", str(path), "--hint", f"It is {answer}.", "--json")
+    leaky = spade("envs", "validate", str(path), "--hint", f"It is {answer}.", "--seed", "0", "--json")
     report = json.loads(leaky.stdout)[0]
     assert leaky.returncode == 1 and report["reason"] == "hint_leaks_answer", report
+    assert report["seed"] == 0 and isinstance(json.loads(fine.stdout)[0]["seed"], int)
     long = spade("envs", "validate", str(path), "--hint", "word " * 150, "--json")
     assert long.returncode == 1 and json.loads(long.stdout)[0]["reason"] == "hint_too_long"
     empty = spade("envs", "validate", str(path), "--hint", "  ", "--json")

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import secrets
 import shutil
@@ -53,6 +54,14 @@ PLAY_TIME_ATTACKS = sorted(
     n for n in ATTACK_NAMES if "\nPASSES_VALIDATION = True" in (ATTACKS / f"{n}.py").read_text()
 )
 VALIDATED_ATTACKS = [n for n in ATTACK_NAMES if n not in PLAY_TIME_ATTACKS]
+# Attacks whose refusal is statistical (a constant that wins three seeds in four): validation draws its
+# seeds anew each time, so the suite replays one validation, from the seed the file names; the others
+# are validated from seeds drawn at random, as the loop and the command line draw them.
+PINNED_SEEDS = {
+    n: int(m.group(1))
+    for n in VALIDATED_ATTACKS
+    if (m := re.search(r"^VALIDATION_SEED = (\d+)", (ATTACKS / f"{n}.py").read_text(), re.MULTILINE))
+}
 
 # Imported by each worker before it hardens itself: after the uid drop a worker started by root
 # cannot import what it has not loaded (this Python lives under /root), and a failed import must
@@ -956,10 +965,15 @@ def attack_hint(name: str) -> str:
     return found.group(1) if found else ""
 
 
+def attack_validation(name: str) -> ValidationSettings:
+    """``VALIDATION``, from the attack's pinned seed when it names one (``PINNED_SEEDS``)."""
+    return dataclasses.replace(VALIDATION, seed=PINNED_SEEDS.get(name))
+
+
 def validate_attack(name: str, hint: str = "") -> object:
     require_sandbox()
     with Sandbox(CONFIG) as pool:
-        report = validate_source(pool, attack_source(name), VALIDATION, hint=hint)
+        report = validate_source(pool, attack_source(name), attack_validation(name), hint=hint)
         assert_pool_works(pool)
     assert not report.valid and report.message, report
     return report
@@ -1053,7 +1067,7 @@ def test_short_answer_leak():
 
 def test_trivially_won():
     report = validate_attack("trivially_won")
-    assert report.reason == "trivial_policy_wins" and "of 8 seeds" in report.message, report
+    assert report.reason == "trivial_policy_wins" and "of 16 seeds" in report.message, report
 
 
 def test_first_reset_seed():
@@ -1107,6 +1121,45 @@ def test_negative_constant_flagged_in_play(tmp_path):
     played = [PlayedEnv(env_id, episodes[:16], episodes[16:], play_stats(episodes[:16], episodes[16:]))]
     [flag] = flag_changed(archive, played, iteration=1)
     assert (flag.env_id, flag.reason) == (env_id, "one_answer_won") and "32 of 32 seeds" in flag.message, flag
+    assert env_id not in archive.pool_weights()
+    archive.close()
+
+
+def test_first_reset_seed_flagged_in_play(tmp_path):
+    """Had it been validated the old way (its first reset at seed 0), training would pay any answer: the
+    guard's probe plays validation's random policy where and as training plays, wins every episode, and
+    flags it (``trivial_policy_won``), though the agent's answers differ (no ``one_answer_won``)."""
+    from spade_rl.archive import ArchiveConfig
+    from spade_rl.loop.guard import flag_changed
+    from spade_rl.loop.probe import PROBE_EPISODES, make_probe
+    from spade_rl.loop.stages import PlayedEnv
+    from spade_rl.policy import FakePolicy, default_tokenizer
+    from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+    from spade_rl.stats import play_stats
+
+    require_sandbox()
+    source = attack_source("first_reset_seed")
+    archive = Archive(tmp_path / "archive.sqlite", ArchiveConfig())
+    env_id = archive.add(
+        source,
+        valid=True,
+        reason="ok",
+        skill="math",
+        setting="games",
+        iteration=0,
+        env_kwargs={"max_turns": 3},
+    ).env_id
+    guesses = iter(range(100, 1000, 7))
+    policy = FakePolicy(lambda chat: f"\\boxed{{{next(guesses)}}}", tokenizer=default_tokenizer())
+    specs = [EpisodeSpec(source, seed=n + 1, env_kwargs={"max_turns": 3}) for n in range(16)]
+    with Sandbox(CONFIG) as pool:
+        episodes = run_episodes(policy, pool, specs, RolloutConfig(max_turns=3))
+        assert all(e.won for e in episodes)
+        probe = make_probe(pool, archive, random.Random(0), dataclasses.replace(VALIDATION, max_turns=3), 2.0)
+        assert probe(env_id) == (PROBE_EPISODES, PROBE_EPISODES)
+        played = [PlayedEnv(env_id, episodes[:8], episodes[8:], play_stats(episodes[:8], episodes[8:]))]
+        [flag] = flag_changed(archive, played, 1, probe, VALIDATION.max_trivial_win_rate)
+    assert (flag.env_id, flag.reason) == (env_id, "trivial_policy_won"), flag
     assert env_id not in archive.pool_weights()
     archive.close()
 
@@ -1303,6 +1356,7 @@ def test_inotify_watch():
 # --- the validator and the command line --------------------------------------------------------
 
 VALIDATION_REASONS = REASONS - {"ok"}  # the failure codes of spade_rl.design.validate
+CLI_ATTACKS = [n for n in VALIDATED_ATTACKS if n not in PINNED_SEEDS]  # validated from drawn seeds
 VALIDATION = ValidationSettings(call_timeout_s=CONFIG.call_timeout_s)
 
 
@@ -1323,7 +1377,7 @@ def validator_pool():
 
 @pytest.mark.parametrize("name", VALIDATED_ATTACKS)
 def test_validator_rejects(name, validator_pool):
-    report = validate_source(validator_pool, attack_source(name), VALIDATION)
+    report = validate_source(validator_pool, attack_source(name), attack_validation(name))
     assert not report.valid, report
     assert report.reason in VALIDATION_REASONS, report
     assert report.message, report
@@ -1405,14 +1459,14 @@ def cli_in_background(request):
     require_sandbox()
     kill_parent_blocked()  # before kill_everyone runs through the command line
     assert_default_targets_absent()
-    run = Background(lambda: run_cli_validate(VALIDATED_ATTACKS))
+    run = Background(lambda: run_cli_validate(CLI_ATTACKS))
     yield run
     run.thread.join(300)
 
 
 @pytest.mark.slow
 def test_cli_validate_rejects_every_attack(cli_in_background):
-    assert_cli_rejects(cli_in_background.result(timeout=300), VALIDATED_ATTACKS)
+    assert_cli_rejects(cli_in_background.result(timeout=300), CLI_ATTACKS)
 
 
 # --- last, once the command-line run in the background is done ---------------------------------

@@ -168,13 +168,21 @@ def envs_validate(
         min=1,
         help="The turn limit validation uses (the loop uses rollout.max_turns).",
     ),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        max=2**31 - 1,
+        help="The first seed validation plays, the root of the others: a report's seed replays its "
+        "validation (default: drawn at random for each file, as the loop draws it).",
+    ),
 ) -> None:
     """Validate environments in the sandbox; exit status 1 when any is not valid."""
     from spade_rl.design.parse import check_hint
     from spade_rl.design.validate import ValidationReport, validate_source
 
     sources = [(spec, read_env(spec)) for spec in files]
-    settings = ValidationSettings(max_turns=max_turns)
+    settings = ValidationSettings(max_turns=max_turns, seed=seed)
     rules = check_hint(hint) if hint is not None else None
     if rules is not None and rules.reason != "ok":  # refused as the design phase refuses it
         reports = [(spec, ValidationReport(False, rules.reason, rules.message)) for spec, _ in sources]
@@ -192,11 +200,16 @@ def envs_validate(
         print(json.dumps([{"path": spec, **report.to_json()} for spec, report in reports], indent=2))
     else:
         table = Table(title="validation")
-        for column in ("path", "valid", "reason", "seconds", "message"):
+        for column in ("path", "valid", "reason", "seed", "seconds", "message"):
             table.add_column(column, overflow="fold")
         for spec, report in reports:
             table.add_row(
-                spec, yes(report.valid), report.reason, f"{report.seconds:.3f}", report.message[:200]
+                spec,
+                yes(report.valid),
+                report.reason,
+                str(report.seed),
+                f"{report.seconds:.3f}",
+                report.message[:200],
             )
         console.print(table)
     if not all(report.valid for _, report in reports):

@@ -59,13 +59,16 @@ class ValidationSettings:
     # probed_instances): None, as many as the sandbox lets a worker make (SandboxConfig.
     # episodes_per_worker), as training stacks episodes on a warm worker; ``instances`` or fewer: no check.
     stacked_instances: int | None = None
-    trivial_seeds: int = 8  # seeds each trivial and answer-replay policy plays (0: neither check)
-    answer_seeds: int = 16  # seeds whose solutions give the answer the answer replay plays (0: no such check)
+    # Seeds each trivial and answer-replay policy plays (0: neither check). The seeds are drawn anew for
+    # every validation: 16 make a policy that wins half of them pass at most 0.2% of the time (8: 3.5%).
+    trivial_seeds: int = 16
+    answer_seeds: int = 32  # seeds whose solutions give the answer the answer replay plays (0: no such check)
     max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
     # The trivial-policy search (design.trivial_search): constants of the environment's answer space,
     # each repeated every turn (0: none), and random answers of each seed's solution's shape per seed
-    # (0: none). Both are played as training plays, and count against max_trivial_win_rate.
-    answer_space_constants: int = 96
+    # (0: none), played as training plays: the guesses may win max_trivial_win_rate of their episodes, a
+    # constant max_answer_replay_win_rate of the seeds where the solution answers something else.
+    answer_space_constants: int = 64
     shaped_guesses: int = 2
     # The largest share of them the answer replay's constant may win: "the same answer on most seeds".
     # (At max_trivial_win_rate it would refuse every question of three options, the kit's own example

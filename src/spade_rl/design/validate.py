@@ -52,8 +52,8 @@ Checks, in order (the first failure decides the verdict):
   ``trivial_seeds`` seeds (15% by default, as the reference implementation refuses what random
   guessing wins), and no constant of the answer space the environment shows (its observations, hint,
   solutions' answers and source literals, neighbours of their numbers, negatives, the empty answer)
-  wins more than that share of the seeds where the solution answers something else; a malformed
-  action that wins there is ``malformed_action_wins``;
+  wins more than ``max_answer_replay_win_rate`` of the seeds where the solution answers something
+  else; a malformed action that wins there is ``malformed_action_wins``;
 - ``answer_replay_wins``: the cross-seed answer replay: the most common final answer of the solutions
   at ``answer_seeds`` seeds, played as a constant at the trivial policies' seeds (other seeds than
   those it came from), as training plays, wins at most ``max_answer_replay_win_rate`` of them (half by

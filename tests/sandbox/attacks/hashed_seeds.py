@@ -22,12 +22,14 @@ def _own_source():
 
 
 def _validation_seeds(source, count=64):
+    """The first ``count`` seeds of each purpose (more than validation plays: a prefix of them is what
+    it plays, whatever its settings)."""
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
     seeds = {0}
-    for purpose, n in (("seeds", 2), ("trivial", 8), ("answers", 16), ("reset_gate", 64)):
+    for purpose in ("seeds", "trivial", "answers", "reset_gate"):
         rng = random.Random(f"{purpose}:0:{digest}")
         drawn = []
-        while len(drawn) < n:
+        while len(drawn) < count:
             seed = rng.randrange(2**31)
             if seed != 0 and seed not in drawn:
                 drawn.append(seed)

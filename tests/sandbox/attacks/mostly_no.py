@@ -5,10 +5,14 @@ number of the question) rarely win; a policy that always answers "No" wins four 
 designer is rewarded for a task the agent learns to answer without reading it.
 
 Stopped by the answer-replay check: the most common answer of the other seeds' solutions, played as a
-constant, wins more than ``max_trivial_win_rate`` of the seeds (``answer_replay_wins``)."""
+constant, wins more than ``max_answer_replay_win_rate`` of the seeds (``answer_replay_wins``). The
+seeds are drawn anew for each validation, and a constant that wins three seeds in four passes that
+check about once in thirty; the tests replay one validation (``VALIDATION_SEED``)."""
 
 import itertools
 import random
+
+VALIDATION_SEED = 1  # the seed the attack suite validates it from
 
 
 class SplitCoinsEnv:

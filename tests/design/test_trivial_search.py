@@ -1,0 +1,148 @@
+"""The trivial-policy search of the battery (design/trivial_search.py, design/answer_space.py): the answer
+space by hand, and no sound environment refused because of it. The sound ones are the reference games,
+the warm-up's synthetic designs, Reasoning Gym tasks and (slow) GEM and TextArena games; each is
+validated at pinned seeds with the search at its defaults and with its new policies off
+(``answer_space_constants=0``, ``shaped_guesses=0``): the verdicts must be the same. (A task one fixed
+guess wins often, a "0" answer at a quarter of its questions, is refused or not by the trivial policies
+depending on the seeds drawn, with or without the search: that is the check working, not the search.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+
+import pytest
+
+from spade_rl.design.answer_space import (
+    FIXED,
+    answer_key,
+    constant_candidates,
+    neighbours,
+    shaped_guess,
+    source_literals,
+    undeserved,
+    wrap_like,
+)
+from spade_rl.design.synthetic import FAMILIES, synthetic_design
+from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.envs import external, kits, reference
+from spade_rl.sandbox import Sandbox, SandboxConfig
+
+PINNED = (0, 1)  # the seeds each sound environment is validated from, both ways
+OFF = {"answer_space_constants": 0, "shaped_guesses": 0}
+RG_TASKS = (
+    "chain_sum", "basic_arithmetic", "leg_counting", "number_sorting", "word_sorting", "spell_backward",
+    "family_relationships", "prime_factorization", "base_conversion", "caesar_cipher", "letter_jumble",
+    "fraction_simplification", "count_bits", "group_anagrams", "time_intervals",
+)  # fmt: skip
+
+
+# --- the answer space, by hand ----------------------------------------------------------------------
+def test_answer_key_spells_one_answer_one_way():
+    assert answer_key("\\boxed{ 42.0 }") == answer_key("42") == answer_key("<answer>4.2e1</answer>") == "42"
+    assert answer_key("\\boxed{Paris.}") == answer_key("paris") == "paris"
+    assert answer_key("1,000") == "1000" and answer_key("(A)") == "a"
+    assert answer_key("nan") == "nan" and answer_key("") == ""
+    assert undeserved("-42", "\\boxed{56}") and not undeserved("56.0", "\\boxed{56}")
+
+
+def test_shapes_of_answers():
+    rng = random.Random(3)
+    for answer, pattern in (
+        ("42", r"[1-9]\d"),
+        ("-7", r"-\d"),
+        ("3.14", r"\d\.\d\d"),
+        ("Yes", r"[A-Z][a-z]{2}"),
+        ("ABC", r"[A-Z]{3}"),
+        ("", r"[a-z]"),
+    ):
+        for _ in range(20):
+            guess = shaped_guess(answer, rng)
+            assert re.fullmatch(pattern, guess) and answer_key(guess) != answer_key(answer), (answer, guess)
+    assert shaped_guess("5", rng, avoid={str(d) for d in range(10) if d != 8}) == "8"
+    assert wrap_like("The answer is \\boxed{7}") == "\\boxed{%s}"
+    assert wrap_like("<answer>7</answer>") == "<answer>%s</answer>" and wrap_like("go") == "%s"
+
+
+def test_neighbours_and_literals():
+    assert neighbours("42") == ["41", "43", "-42", "420", "4"]
+    assert neighbours("-3.5") == ["3.5"]
+    source = 'MAGIC = 42\nWORD = "\\\\boxed{-7}"\nDOC = "' + "x" * 30 + '"\nclass XEnv:\n    flag = True\n'
+    assert source_literals(source) == ["42", "-42", "-7"]  # no long prose, no bool
+    assert source_literals("class (:") == []
+
+
+def test_constant_candidates_take_every_tier_and_stop_at_the_limit():
+    answers, shown = ["56", "12", "yes"], ["What is seven times eight? hint words"]
+    literals = ["42", "-42", "secret"]
+    chosen = constant_candidates(answers, shown, literals, 96, random.Random(0))
+    assert chosen[: len(FIXED)] == list(FIXED)
+    for expected in ("55", "-56", "560", "56", "yes", "-42", "secret", "seven", "hint"):
+        assert expected in chosen, expected
+    assert len({answer_key(c) for c in chosen}) == len(chosen)
+    few = constant_candidates(answers, shown, literals * 50, len(FIXED) + 6, random.Random(0))
+    assert len(few) == len(FIXED) + 6 and len(set(few) & {"42", "-42", "secret"}) <= 2  # one per tier in turn
+
+
+# --- sound environments: the search refuses none -----------------------------------------------------
+@pytest.fixture(scope="module")
+def pool():
+    with Sandbox(SandboxConfig(pool_size=2, call_timeout_s=1.0, load_timeout_s=2.0)) as p:
+        yield p
+
+
+def same_verdict(pool, source: str, settings: ValidationSettings) -> None:
+    for seed in PINNED:
+        full = validate_source(pool, source, dataclasses.replace(settings, seed=seed))
+        off = validate_source(pool, source, dataclasses.replace(settings, seed=seed, **OFF))
+        assert (full.valid, full.reason) == (off.valid, off.reason), (seed, full.message, off.message)
+
+
+@pytest.mark.parametrize("name", reference.NAMES)
+def test_reference_games_stay_valid(pool, name):
+    for seed in PINNED:
+        report = validate_source(pool, reference.source(name), ValidationSettings(seed=seed))
+        assert report.valid, report
+
+
+@pytest.mark.parametrize("skill", sorted(FAMILIES))
+def test_synthetic_designs_keep_their_verdict(pool, skill):
+    rng = random.Random(skill)
+    for _ in range(2):
+        same_verdict(pool, kits.compose("question", synthetic_design(rng, skill)[0]), ValidationSettings())
+
+
+@pytest.mark.parametrize("task", RG_TASKS)
+def test_reasoning_gym_tasks_keep_their_verdict(pool, task):
+    pytest.importorskip("reasoning_gym")
+    from spade_rl.envs.external.reasoning_gym_source import reasoning_gym_env_source
+
+    same_verdict(pool, reasoning_gym_env_source(task, items=20, seed=0), ValidationSettings(max_turns=4))
+
+
+GAMES = [
+    ("gem", external.gem_source, "game:GuessTheNumber-v0-hard"),
+    ("gem", external.gem_source, "game:Mastermind-v0-easy"),
+    ("gem", external.gem_source, "game:TowerofHanoi-v0-easy"),
+    ("gem", external.gem_source, "game:Sudoku-v0-easy"),
+    ("textarena", external.textarena_source, "GuessTheNumber-v0"),
+    ("textarena", external.textarena_source, "Mastermind-v0"),
+    ("textarena", external.textarena_source, "TowerOfHanoi-v0"),
+    ("textarena", external.textarena_source, "FrozenLake-v0"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("package", "make", "game_id"), GAMES)
+def test_gem_and_textarena_games_stay_valid(package, make, game_id):
+    if not external.installed(package):
+        pytest.skip(external.INSTALL[package])
+    config = external.external_sandbox_config(SandboxConfig(pool_size=2), [package])
+    settings = ValidationSettings(
+        max_turns=25, extra_imports=external.needed_imports(package), total_timeout_s=90
+    )
+    with Sandbox(config) as games:
+        for seed in PINNED:
+            report = validate_source(games, make(game_id), dataclasses.replace(settings, seed=seed))
+            assert report.valid, f"seed {seed}: {report.reason}: {report.message}"
