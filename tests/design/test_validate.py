@@ -17,6 +17,8 @@ def pool():
         yield p
 
 
+PINNED = ValidationSettings(seed=0)  # the statistical checks' verdicts replayed, not drawn anew
+
 # The word to say depends on the seed: one answer at every seed would be refused (answer_replay_wins).
 GOOD = """
 class GoodEnv:
@@ -56,7 +58,9 @@ def rigged_after(count: int) -> str:
 
 @pytest.mark.parametrize("name", reference.NAMES)
 def test_reference_environments_are_valid(pool, name):
-    report = validate_source(pool, reference.source(name))
+    # From a pinned seed: validation draws its seeds anew each time, and guess's random answers win about
+    # 5% of seeds, so a cap of 15% of 16 seeds refuses it in about 4% of validations
+    report = validate_source(pool, reference.source(name), PINNED)
     assert report.valid, report
     assert report.reason == "ok"
     assert report.checks == [
@@ -98,7 +102,9 @@ CASES = {
 
 @pytest.mark.parametrize("reason", CASES)
 def test_broken_environments_get_their_reason(pool, reason):
-    report = validate_source(pool, CASES[reason])
+    # From a pinned seed: answer_replay_wins's "go" wins two seeds in three, which 16 drawn seeds miss
+    # now and then
+    report = validate_source(pool, CASES[reason], PINNED)
     assert not report.valid
     assert report.reason == reason, report
     assert report.message
