@@ -1,7 +1,8 @@
 """One optimiser step of the default model: the learner against the TRL-driven updater it replaced.
 
     python bench/learner_step.py                          # baseline: the updater at 593971e (git worktree)
-    python bench/learner_step.py --baseline-rev 593971e --repeats 3
+    python bench/learner_step.py --baseline-rev 593971e --repeats 3 --rounds 3
+    python bench/learner_step.py --bf16 false --repeats 0 --rounds 1   # the first step in float32 only
 
 Both sides get the same rows, in the CPU default's training settings (``configs/cpu-default.toml``'s
 [train]: two rows per pass, bfloat16 autocast where the CPU has it, activation checkpointing of passes
@@ -15,11 +16,14 @@ learner is this checkout's. Two steps of what a default iteration hands the upda
 - ``one group``: the agent group alone (the updater lays it out as 16 rows, 8 of them filler).
 
 First both sides take the same first step on the ``full`` rows from the same weights: the parent compares
-the two weight changes (``||learner - updater|| / ||updater||``: the same update up to float rounding, or
-not). Then each step runs once as a warm-up, then ``--repeats`` timed times. Prints the median seconds
-per step and per signal-carrying row (rows with a trained token and a non-zero advantage), each side's
-peak resident memory (the process's ru_maxrss, model load included), and the learner's ratios to the
-baseline.
+the two gradients, read just before the optimiser applies them, and the two weight changes (relative
+distance and cosine: the same update up to float rounding, or not; ``--bf16 false`` takes the step in
+float32, where rounding is about 1e-5). Then each step runs once as a warm-up, then ``--repeats`` timed
+times (``--repeats 0``: the first step only). The sides run ``--rounds`` processes each, alternated
+(updater, learner, updater, ...), so that a busy spell of a shared machine falls on both. Prints the median
+seconds per step and per signal-carrying row (rows with a trained token and a non-zero advantage) and each
+round's, each side's peak resident memory (the process's ru_maxrss, model load included), and the
+learner's ratios to the baseline.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,8 +53,19 @@ steps = {name: [Sample(**s) for s in rows] for name, rows in json.load(open(args
 model, tokenizer = load_pretrained(None, device="cpu", dtype="float32")
 config = TrainConfig(
     learning_rate=1e-7, group_size=8, per_device_train_batch_size=2, gradient_accumulation_steps=8,
-    bf16="auto", checkpoint_rows_longer_than=256,
+    bf16={"auto": "auto", "false": False}[args["bf16"]], checkpoint_rows_longer_than=256,
 )
+# The first step's gradients, read just before the optimiser applies them (after any clipping).
+names = {id(p): n for n, p in model.named_parameters()}
+grads = {}
+def keep_gradients(optimizer, *_):
+    if not grads:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and id(p) in names:
+                    grads[names[id(p)]] = p.grad.detach().clone()
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+hook = register_optimizer_step_pre_hook(keep_gradients)
 if hasattr(train, "Learner"):
     learner = train.Learner(model, tokenizer, config); call = learner.step
 else:
@@ -59,9 +75,11 @@ out = {}
 before = {k: v.detach().clone() for k, v in model.state_dict().items()}
 first = call(steps["full"])
 out["first_loss"], out["first_grad_norm"] = first["train/loss"], first["train/grad_norm"]
-torch.save({k: (v.detach() - before[k]) for k, v in model.state_dict().items()}, args["delta"])
-del before
-for name, samples in steps.items():
+hook.remove()
+delta = {k: (v.detach() - before[k]) for k, v in model.state_dict().items()}
+torch.save({"delta": delta, "grads": grads}, args["delta"])
+del before, delta, grads
+for name, samples in (steps.items() if args["repeats"] else ()):
     call(samples)  # warm-up
     times = []
     for _ in range(args["repeats"]):
@@ -101,9 +119,9 @@ def signal_rows(samples: list[dict]) -> int:
     return sum(1 for s in samples if s["advantage"] != 0 and any(s["completion_mask"]))
 
 
-def run_side(source: Path, rows_file: Path, repeats: int, delta: Path) -> dict:
+def run_side(source: Path, rows_file: Path, repeats: int, delta: Path, bf16: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(source / "src"), "TOKENIZERS_PARALLELISM": "false"}
-    arguments = json.dumps({"rows": str(rows_file), "repeats": repeats, "delta": str(delta)})
+    arguments = json.dumps({"rows": str(rows_file), "repeats": repeats, "delta": str(delta), "bf16": bf16})
     done = subprocess.run([sys.executable, "-c", DRIVER, arguments], capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"the run from {source} failed:\n{done.stderr[-3000:]}")
@@ -111,22 +129,53 @@ def run_side(source: Path, rows_file: Path, repeats: int, delta: Path) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def step_difference(before: Path, after: Path) -> float:
-    """How far the learner's first step is from the updater's, relative to the updater's."""
+def first_step_agreement(before: Path, after: Path) -> dict[str, float]:
+    """How far the learner's first step is from the updater's: its gradients (relative distance and
+    cosine) and its weight change (relative distance, and the share of weights moved the other way or not
+    at all on one side only). AdamW's first step moves each weight by about ``lr * sign(gradient)``, so a
+    gradient element within rounding of zero can flip its weight's move: the weight change can differ by a
+    few percent while the gradients agree to rounding."""
     import torch
 
     one, two = torch.load(before), torch.load(after)
-    diff = sum(float((two[k] - one[k]).double().pow(2).sum()) for k in one)
-    size = sum(float(one[k].double().pow(2).sum()) for k in one)
-    return (diff / size) ** 0.5
+
+    def compare(a: dict, b: dict) -> tuple[float, float]:
+        keys = [k for k in a if k in b]
+        diff = sum(float((b[k] - a[k]).double().pow(2).sum()) for k in keys)
+        size_a = sum(float(a[k].double().pow(2).sum()) for k in keys)
+        size_b = sum(float(b[k].double().pow(2).sum()) for k in keys)
+        dot = sum(float((a[k].double() * b[k].double()).sum()) for k in keys)
+        return (diff / max(size_a, 1e-300)) ** 0.5, dot / max((size_a * size_b) ** 0.5, 1e-300)
+
+    grad_distance, grad_cosine = compare(one["grads"], two["grads"])
+    weight_distance, weight_cosine = compare(one["delta"], two["delta"])
+    keys = [k for k in one["delta"] if k in two["delta"]]
+    moved_apart = sum(int((one["delta"][k].sign() != two["delta"][k].sign()).sum()) for k in keys)
+    total = sum(one["delta"][k].numel() for k in keys)
+    return {
+        "grad_distance": grad_distance,
+        "grad_cosine": grad_cosine,
+        "grad_tensors": float(len(set(one["grads"]) & set(two["grads"]))),
+        "weight_distance": weight_distance,
+        "weight_cosine": weight_cosine,
+        "moved_apart": moved_apart / max(total, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-rev", default="593971e", help="the commit whose updater is the baseline")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="timed steps per process (0: first step only)")
+    parser.add_argument("--rounds", type=int, default=2, help="processes per side, the sides alternated")
+    parser.add_argument(
+        "--bf16", choices=["auto", "false"], default="auto",
+        help="auto: the CPU default's bfloat16 autocast; false: float32 throughout",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.repeats < 0:
+        parser.error("--rounds must be at least 1 and --repeats at least 0")
     steps = rows()
+    sides: dict[str, list[dict]] = {"updater": [], "learner": []}
     with tempfile.TemporaryDirectory(prefix="spade-bench-") as scratch:
         rows_file = Path(scratch) / "rows.json"
         rows_file.write_text(json.dumps(steps))
@@ -135,29 +184,47 @@ def main(argv: list[str] | None = None) -> int:
         add = [*git, "add", "--detach", str(baseline), args.baseline_rev]
         subprocess.run(add, check=True, capture_output=True)
         try:
-            before = run_side(baseline, rows_file, args.repeats, Path(scratch) / "delta-before.pt")
+            for _ in range(args.rounds):  # alternated, so that a busy spell of the machine hits both sides
+                for side, source in (("updater", baseline), ("learner", ROOT)):
+                    delta = Path(scratch) / f"first-{side}.pt"
+                    sides[side].append(run_side(source, rows_file, args.repeats, delta, args.bf16))
         finally:
             subprocess.run([*git, "remove", "--force", str(baseline)], check=False)
-        after = run_side(ROOT, rows_file, args.repeats, Path(scratch) / "delta-after.pt")
-        difference = step_difference(Path(scratch) / "delta-before.pt", Path(scratch) / "delta-after.pt")
-    print(f"baseline: the updater at {args.baseline_rev}; learner: this checkout; median of {args.repeats}")
+        first = [Path(scratch) / f"first-{side}.pt" for side in sides]
+        agreement = first_step_agreement(*first)
+    before, after = sides["updater"][0], sides["learner"][0]
+    print(
+        f"baseline: the updater at {args.baseline_rev}; learner: this checkout; bf16 {args.bf16}; "
+        f"{args.rounds} alternated processes per side, median of {args.repeats} steps in each"
+    )
     print(f"  (imported from {before['package']} and {after['package']})")
-    for name, samples in steps.items():
+    for name, samples in steps.items() if args.repeats else ():
         n = signal_rows(samples)
-        b, a = before[name], after[name]
+        b = statistics.median(r[name] for r in sides["updater"])
+        a = statistics.median(r[name] for r in sides["learner"])
+        pairs = zip(sides["updater"], sides["learner"], strict=True)
+        each = ", ".join(f"{u[name]:.1f}/{v[name]:.1f}" for u, v in pairs)
         print(
             f"{name:<10} {n:>2} signal rows: updater {b:6.1f} s ({b / n:5.2f} s/row), "
-            f"learner {a:6.1f} s ({a / n:5.2f} s/row), learner / updater x{a / b:.2f}"
+            f"learner {a:6.1f} s ({a / n:5.2f} s/row), learner / updater x{a / b:.2f}  (rounds: {each})"
         )
     print(
         f"the first step: loss updater {before['first_loss']:.6g}, learner {after['first_loss']:.6g}; "
         f"grad norm updater {before['first_grad_norm']:.6g}, learner {after['first_grad_norm']:.6g}"
     )
+    g, w = agreement, agreement
     print(
-        f"the first step's weight change: ||learner - updater|| / ||updater|| = {difference:.2e} "
-        "(float rounding: about 1e-3 or less; a lost row or a changed normaliser: of order 1)"
+        f"the first step's gradients ({g['grad_tensors']:.0f} tensors): ||learner - updater|| / ||updater||"
+        f" = {g['grad_distance']:.2e}, cosine {g['grad_cosine']:.6f} (rounding: under bf16 autocast about"
+        " 1e-2 or less, in float32 about 1e-5 or less; a lost row or a changed normaliser: of order 1)"
     )
-    b, a = before["peak_mib"], after["peak_mib"]
+    print(
+        f"the first step's weight change: ||learner - updater|| / ||updater|| = {w['weight_distance']:.2e}, "
+        f"cosine {w['weight_cosine']:.6f}; weights moved in a different direction: {w['moved_apart']:.2e} of "
+        "all (AdamW's first step is about lr * sign(gradient): a gradient within rounding of zero flips)"
+    )
+    b = statistics.median(r["peak_mib"] for r in sides["updater"])
+    a = statistics.median(r["peak_mib"] for r in sides["learner"])
     print(f"peak RSS: updater {b:.0f} MiB, learner {a:.0f} MiB, learner / updater x{a / b:.2f}")
     return 0
 
