@@ -344,6 +344,7 @@ def archive_contents(path: Path) -> dict:
         ):
             metadata = json.loads(row[-1])
             metadata.pop("validation_seconds", None)
+            metadata.pop("validation_seed", None)  # drawn anew by each validation
             envs.append((*row[:-1], metadata))
         return {
             "environments": envs,

@@ -440,6 +440,8 @@ def _attempt(
             metadata={
                 "finish_reason": generation.finish_reason,
                 "validation_seconds": report.seconds if report else 0.0,
+                # the seed validation drew (ValidationSettings(seed=...) replays its verdict)
+                **({"validation_seed": report.seed} if report else {}),
                 **({"attempt": attempt} if attempt else {}),
                 **({"repair": repair[0], "repair_of": repair[1][i]} if repair else {}),
                 **({"llm_validator": judged[i]} if i in judged else {}),

@@ -120,7 +120,7 @@ def seed_reference_environments(
             hint=reference.HINTS[name],
             class_name=report.class_name,
             origin="reference",
-            metadata={"name": name, "validation_seconds": report.seconds},
+            metadata={"name": name, "validation_seconds": report.seconds, "validation_seed": report.seed},
             env_kwargs=report.env_kwargs if report.valid else None,
         )
         added += not result.duplicate
@@ -221,7 +221,7 @@ def add_entries(
             hint=entry.hint,
             class_name=report.class_name,
             origin="import",
-            metadata={**entry.metadata, "validation_seconds": report.seconds},
+            metadata={**entry.metadata, "validation_seconds": report.seconds, "validation_seed": report.seed},
             env_kwargs=report.env_kwargs if report.valid else None,
         )
         if not report.valid:
