@@ -40,7 +40,8 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 DESIGNS = sorted((HERE.parent / "design" / "designs").glob("*.py"))
-SETTINGS = ValidationSettings(call_timeout_s=1.0)
+# One validation seed for both sides (validation draws a fresh one otherwise): the same battery on each.
+SETTINGS = ValidationSettings(call_timeout_s=1.0, seed=20261205)
 SANDBOX = SandboxConfig(pool_size=1, call_timeout_s=1.0, load_timeout_s=2.0)
 WORKER_NODES = 2
 
