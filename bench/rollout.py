@@ -31,10 +31,10 @@ class TimedPolicy:
     def __getattr__(self, name):
         return getattr(self.policy, name)
 
-    def generate_tokens(self, prompts, settings):
+    def generate_tokens(self, prompts, settings, *, budgets=None):
         start = time.perf_counter()
         try:
-            return self.policy.generate_tokens(prompts, settings)
+            return self.policy.generate_tokens(prompts, settings, budgets=budgets)
         finally:
             self.seconds += time.perf_counter() - start
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -238,3 +239,23 @@ def test_play_episode_failures_end_the_episode_and_an_exception_of_act_propagate
     policy = FakePolicy(guesser, tokenizer=tokenizer)
     [again] = run_episodes(policy, pool, [EpisodeSpec(reference.source("guess"))], RolloutConfig())
     assert again.won  # the pool still plays: the interrupted environment was closed
+
+
+def test_each_episode_has_its_own_turn_budget(pool, tokenizer):
+    # One episode near the end of its context must not cut the turns of the others (issue 38, item 4):
+    # the crowded one's long hint leaves it 22 tokens of room at its third turn, while the other has
+    # room for whole turns of 64 until its last.
+    policy = FakePolicy(lambda chat: "\\boxed{50} " + "padding " * 40, tokenizer=tokenizer)
+    specs = [
+        EpisodeSpec(reference.source("guess"), seed=5, hint="Think about the range. " * 60, use_hint=True),
+        EpisodeSpec(reference.source("guess"), seed=5),
+    ]
+    config = RolloutConfig(max_context_tokens=600, max_new_tokens=64)
+    crowded, roomy = run_episodes(policy, pool, specs, config)
+    assert policy.budget_calls[2] == [22, 64]
+    # Every whole turn of the roomy episode is the script's full answer (49 tokens with its end token),
+    # none cut to the crowded episode's 22.
+    turn_lengths = [len(list(run)) for model, run in itertools.groupby(roomy.mask) if model]
+    assert turn_lengths[:-1] == [49] * (len(roomy.turns) - 1) and len(roomy.turns) > 3
+    assert crowded.stop_reason == roomy.stop_reason == "context"
+    assert len(crowded.token_ids) <= 600 and len(roomy.token_ids) <= 600

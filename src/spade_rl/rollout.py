@@ -2,8 +2,9 @@
 
     episodes = run_episodes(policy, sandbox, [EpisodeSpec(source, seed=0, hint="..."), ...], RolloutConfig())
 
-Each turn, every live episode's conversation (kept as token ids) goes to the policy in one batch,
-then every live episode steps in the sandbox (or an executor: ``spade_rl.executor``, which may
+Each turn, every live episode's conversation (kept as token ids) goes to the policy in one batch
+(each episode with its own budget of new tokens: ``max_new_tokens``, or less where its context has less
+room left), then every live episode steps in the sandbox (or an executor: ``spade_rl.executor``, which may
 hold the environments on Ray actors) in one batch; episodes end independently
 (terminated, truncated by the environment, out of turns, out of context, or an environment failure).
 The hint, when on, is appended to the first observation. ``RolloutConfig.action_prefix`` can force
@@ -478,16 +479,22 @@ def _generate_turn(
     seed = rng.randrange(2**31)
     results: dict[int, Any] = {}
     for stops, members in by_stops.items():
-        room = min(config.max_context_tokens - len(episodes[i].token_ids) for i in members)
+        # Each episode's budget is its own room: one long episode does not cut the others' turns.
+        budgets = [
+            max(1, min(config.max_new_tokens, config.max_context_tokens - len(episodes[i].token_ids)))
+            for i in members
+        ]
         settings = SamplingSettings(
-            max_new_tokens=max(1, min(config.max_new_tokens, room)),
+            max_new_tokens=max(budgets),
             temperature=config.temperature,
             top_p=config.top_p,
             seed=seed,
             stop=stops,
             include_stop_string=True,
         )
-        generations = policy.generate_tokens([episodes[i].token_ids for i in members], settings)
+        generations = policy.generate_tokens(
+            [episodes[i].token_ids for i in members], settings, budgets=budgets
+        )
         results.update(zip(members, generations, strict=True))
     return [results[i] for i in live]
 

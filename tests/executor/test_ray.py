@@ -255,13 +255,13 @@ def test_a_node_killed_mid_rollout_ends_only_its_episodes_and_play_goes_on(make_
     class KillsOnTurnTwo(FakePolicy):
         calls_seen = 0
 
-        def generate_tokens(self, prompts, settings):
+        def generate_tokens(self, prompts, settings, *, budgets=None):
             self.calls_seen += 1
             if self.calls_seen == 2:  # the first steps are done; the second turn's are about to go
                 victim_actor = handles[0].actor_index
                 node = next(a["node_id"] for a in executor.actors() if a["index"] == victim_actor)
                 cluster.kill_node(node)
-            return super().generate_tokens(prompts, settings)
+            return super().generate_tokens(prompts, settings, budgets=budgets)
 
     with LocalExecutor(SANDBOX) as local:
         expected = run_episodes(FakePolicy(guesser, tokenizer=tokenizer), local, specs, RolloutConfig())

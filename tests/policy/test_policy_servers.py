@@ -114,6 +114,24 @@ def test_stop_strings_stop_tokens_and_length(
     assert g.finish_reason == "length" and len(g.completion_token_ids) == 2 and g.completion_logprobs is None
 
 
+def test_each_prompt_has_its_own_budget_of_new_tokens(
+    two_servers: list[FakeVLLMServer], tiny_policy: TransformersPolicy
+) -> None:
+    policy = client(two_servers, tiny_policy.tokenizer)
+    ids = [tiny_policy.render(chat) for chat in CHATS[:3]]
+    since = [len(s.calls) for s in two_servers]
+    generations = policy.generate_tokens(ids, GREEDY, budgets=[2, 6, 4])
+    sent = {
+        tuple(body["prompt"]): body["max_tokens"]
+        for server, start in zip(two_servers, since, strict=True)
+        for route, body in server.calls[start:]
+        if route == "/v1/completions"
+    }
+    assert sent == {tuple(ids[0]): 2, tuple(ids[1]): 6, tuple(ids[2]): 4}  # max_tokens per request
+    assert [len(g.completion_token_ids) for g in generations] == [2, 6, 4]
+    policy.close()
+
+
 def test_made_from_a_policy_config(two_servers: list[FakeVLLMServer], tmp_path: Any, tiny: Any) -> None:
     tiny[1].save_pretrained(tmp_path)  # the tokenizer folder that policy.model names
     config = PolicyConfig(

@@ -190,3 +190,24 @@ def test_prompt_longer_than_the_model_is_refused(tiny_policy: TransformersPolicy
         ValueError, match=r"prompt 0 has 4090 tokens; with max_new_tokens=12 that exceeds the model's 4096"
     ):
         tiny_policy.generate_tokens([[5] * 4090], GREEDY)
+
+
+def test_each_prompt_ends_at_its_own_budget(tiny_policy: TransformersPolicy) -> None:
+    prompts = [tiny_policy.render(chat) for chat in CHATS]
+    for settings in (GREEDY, SamplingSettings(max_new_tokens=12, temperature=1.0, seed=4, n=2)):
+        whole = tiny_policy.generate_tokens(prompts, settings)
+        cut = tiny_policy.generate_tokens(prompts, settings, budgets=[3, 12, 7])
+        for k, (w, c) in enumerate(zip(whole, cut, strict=True)):
+            budget = [3, 12, 7][k // settings.n]
+            # the same row, seed and tokens, ended at its own budget while the others ran on
+            assert c.completion_token_ids == w.completion_token_ids[:budget]
+            assert c.completion_logprobs == pytest.approx(w.completion_logprobs[:budget], abs=1e-5)
+            if len(w.completion_token_ids) > budget:
+                assert c.finish_reason == "length"
+    # the model's positions are checked against each prompt's own budget
+    [g] = tiny_policy.generate_tokens([[5] * 4090], GREEDY, budgets=[6])
+    assert len(g.completion_token_ids) <= 6
+    with pytest.raises(ValueError, match=r"each budget must be an int from 1 to max_new_tokens=12, got 13"):
+        tiny_policy.generate_tokens(prompts, GREEDY, budgets=[3, 13, 7])
+    with pytest.raises(ValueError, match=r"budgets has 2 entries for 3 prompts"):
+        tiny_policy.generate_tokens(prompts, GREEDY, budgets=[3, 4])

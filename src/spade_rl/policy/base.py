@@ -184,6 +184,22 @@ def check_token_prompts(prompts: object) -> list[list[int]]:
     return checked
 
 
+def check_budgets(budgets: object, count: int, settings: SamplingSettings) -> list[int]:
+    """Per-prompt token budgets (``Policy.generate_tokens``): ``count`` ints in
+    [1, ``settings.max_new_tokens``], or, for ``None``, ``settings.max_new_tokens`` for each prompt."""
+    if budgets is None:
+        return [settings.max_new_tokens] * count
+    if isinstance(budgets, str | bytes) or not isinstance(budgets, Sequence):
+        raise ValueError(f"budgets must be a list of ints, one per prompt, got {type(budgets).__name__}")
+    if len(budgets) != count:
+        raise ValueError(f"budgets has {len(budgets)} entries for {count} prompts; give one per prompt")
+    most = settings.max_new_tokens
+    for budget in budgets:
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= most:
+            raise ValueError(f"each budget must be an int from 1 to max_new_tokens={most}, got {budget!r}")
+    return list(budgets)
+
+
 def cut_at_stop(text: str, stop: Sequence[str], include: bool) -> tuple[str, bool]:
     """``text`` cut at the earliest stop string (kept when ``include``), and whether one was found."""
     found = [(i, s) for s in stop if (i := text.find(s)) >= 0]
@@ -263,9 +279,17 @@ class Policy:
         return [replace(g, prompt_text=rendered[i // settings.n][0]) for i, g in enumerate(generations)]
 
     def generate_tokens(
-        self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        settings: SamplingSettings,
+        *,
+        budgets: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Like :meth:`generate`, from prompts already in token ids (the rollout layer's multi-turn path)."""
+        """Like :meth:`generate`, from prompts already in token ids (the rollout layer's multi-turn path).
+
+        ``budgets``: per prompt, the most new tokens its samples may have (each between 1 and
+        ``settings.max_new_tokens``; :func:`check_budgets`), so that one prompt near the end of its context
+        does not cut the others; ``None``: ``settings.max_new_tokens`` for every prompt."""
         raise PolicyError(
             f"the {type(self).__name__} backend takes chats, not token prompts; use generate(chats, ...), "
             "or a backend with supports_token_prompts (transformers, vllm)"

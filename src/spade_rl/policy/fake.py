@@ -8,11 +8,12 @@ of recorded designer outputs (``spade-rl design --from-jsonl``), which is why it
     policy = FakePolicy(["Hi"], tokenizer=default_tokenizer())           # real token ids and chat template
     [g] = policy.generate([[{"role": "user", "content": "Hi"}]], SamplingSettings())
     policy.calls                                                      # every (chats, settings) it was given
+    policy.budget_calls                                               # each token call's per-prompt budgets
 
 It honours what the contract promises: ``n`` samples per chat, ``stop`` strings (finish "stop_string"),
-``max_new_tokens`` (finish "length"), otherwise an end-of-sequence token (finish "stop"). Without a tokenizer
-the "tokens" are the UTF-8 bytes of the text (ids 0-255; end of sequence 256) and prompts are rendered by a
-simple fixed template ``<|role|>\\ncontent\\n``; every log-prob is ``logprob``.
+``max_new_tokens`` and per-prompt ``budgets`` (finish "length"), otherwise an end-of-sequence token (finish
+"stop"). Without a tokenizer the "tokens" are the UTF-8 bytes of the text (ids 0-255; end of sequence 256)
+and prompts are rendered by a simple fixed template ``<|role|>\\ncontent\\n``; every log-prob is ``logprob``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from spade_rl.policy.base import (
     Policy,
     PolicyError,
     SamplingSettings,
+    check_budgets,
     check_chats,
     check_token_prompts,
     cut_at_stop,
@@ -54,6 +56,7 @@ class FakePolicy(Policy):
         self._tokenizer = tokenizer
         self.logprob = logprob
         self.calls: list[tuple[list[list[dict[str, Any]]] | list[list[int]], SamplingSettings]] = []
+        self.budget_calls: list[list[int]] = []  # per generate_tokens call: each prompt's token budget
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
@@ -72,17 +75,24 @@ class FakePolicy(Policy):
         return out
 
     def generate_tokens(
-        self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        settings: SamplingSettings,
+        *,
+        budgets: Sequence[int] | None = None,
     ) -> list[Generation]:
         prompts = check_token_prompts(prompt_token_ids)
+        limits = check_budgets(budgets, len(prompts), settings)
         self.calls.append((prompts, settings))
+        self.budget_calls.append(limits)
         out = []
-        for prompt in prompts:
+        for prompt, limit in zip(prompts, limits, strict=True):
             as_chat = (
                 [{"role": "prompt", "content": self._decode(prompt)}] if callable(self._script) else None
             )
             out.extend(
-                self._answer(self._text_for(as_chat), prompt, None, settings) for _ in range(settings.n)
+                self._answer(self._text_for(as_chat), prompt, None, settings, limit)
+                for _ in range(settings.n)
             )
         return out
 
@@ -99,13 +109,19 @@ class FakePolicy(Policy):
         return self._script[self._next - 1]
 
     def _answer(
-        self, text: str, prompt_ids: list[int], prompt_text: str | None, settings: SamplingSettings
+        self,
+        text: str,
+        prompt_ids: list[int],
+        prompt_text: str | None,
+        settings: SamplingSettings,
+        budget: int | None = None,
     ) -> Generation:
+        limit = settings.max_new_tokens if budget is None else budget
         text, stopped = cut_at_stop(text, settings.stop, settings.include_stop_string)
         ids = self._encode(text)
         finish = "stop_string" if stopped else "stop"
-        if len(ids) + (finish == "stop") > settings.max_new_tokens:
-            ids, finish = ids[: settings.max_new_tokens], "length"
+        if len(ids) + (finish == "stop") > limit:
+            ids, finish = ids[:limit], "length"
             text = self._decode(ids)
         elif finish == "stop":
             ids.append(self._eos())

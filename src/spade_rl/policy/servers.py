@@ -42,6 +42,7 @@ from spade_rl.policy.base import (
     Policy,
     PolicyError,
     SamplingSettings,
+    check_budgets,
     check_token_prompts,
     cut_at_stop,
     derive_seed,
@@ -170,15 +171,22 @@ class ServerPolicy(Policy):
         return answer["vllm_config"]
 
     def generate_tokens(
-        self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        settings: SamplingSettings,
+        *,
+        budgets: Sequence[int] | None = None,
     ) -> list[Generation]:
         prompts = check_token_prompts(prompt_token_ids)
+        limits = check_budgets(budgets, len(prompts), settings)
         futures: list[Future[Generation]] = []
         for server, share in enumerate(split_evenly(len(prompts), len(self.roots))):
             for i in share:
                 for j in range(settings.n):
                     k = i * settings.n + j
-                    futures.append(self._pools[server].submit(self._sample, server, prompts[i], k, settings))
+                    futures.append(
+                        self._pools[server].submit(self._sample, server, prompts[i], k, limits[i], settings)
+                    )
         return [future.result() for future in futures]  # chat-major: prompt i, sample j at i * n + j
 
     def close(self) -> None:
@@ -189,11 +197,13 @@ class ServerPolicy(Policy):
 
     # --- one request -----------------------------------------------------------------------------------
 
-    def _sample(self, server: int, prompt: list[int], k: int, settings: SamplingSettings) -> Generation:
+    def _sample(
+        self, server: int, prompt: list[int], k: int, budget: int, settings: SamplingSettings
+    ) -> Generation:
         request: dict[str, Any] = {
             "model": self.served_model,
             "prompt": prompt,
-            "max_tokens": settings.max_new_tokens,
+            "max_tokens": budget,
             "temperature": settings.temperature,
             "top_p": settings.top_p,
             "n": 1,

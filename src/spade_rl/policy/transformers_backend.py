@@ -37,6 +37,7 @@ from spade_rl.policy.base import (
     Policy,
     PolicyError,
     SamplingSettings,
+    check_budgets,
     check_token_prompts,
     cut_at_stop,
     derive_seed,
@@ -167,22 +168,28 @@ class TransformersPolicy(Policy):
         super().close()
 
     def generate_tokens(
-        self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        settings: SamplingSettings,
+        *,
+        budgets: Sequence[int] | None = None,
     ) -> list[Generation]:
         prompts = check_token_prompts(prompt_token_ids)
+        limits = check_budgets(budgets, len(prompts), settings)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         for i, prompt in enumerate(prompts):
-            if limit is not None and len(prompt) + settings.max_new_tokens > limit:
+            if limit is not None and len(prompt) + limits[i] > limit:
                 raise ValueError(
-                    f"prompt {i} has {len(prompt)} tokens; with max_new_tokens={settings.max_new_tokens} "
+                    f"prompt {i} has {len(prompt)} tokens; with max_new_tokens={limits[i]} "
                     f"that exceeds the model's {limit} positions"
                 )
-        # Row i * n + j is sample j of prompt i, with its own seed.
+        # Row i * n + j is sample j of prompt i, with its own seed and prompt i's budget.
         rows = [
             (prompt, derive_seed(settings.seed, i * settings.n + j))
             for i, prompt in enumerate(prompts)
             for j in range(settings.n)
         ]
+        row_budgets = [limits[i] for i in range(len(prompts)) for _ in range(settings.n)]
         was_training = self.model.training
         self.model.eval()
         prefix = self._prefix_cache_for_call()
@@ -199,7 +206,10 @@ class TransformersPolicy(Policy):
             lengths = [len(prompt) for prompt, _ in rows]
             for chunk in self._batches(order, lengths, settings.max_new_tokens):
                 generations = self._generate_batch(
-                    [rows[r] for r in chunk], [reuse[r] for r in chunk], settings
+                    [rows[r] for r in chunk],
+                    [reuse[r] for r in chunk],
+                    settings,
+                    [row_budgets[r] for r in chunk],
                 )
                 for r, generation in zip(chunk, generations, strict=True):
                     results[r] = generation
@@ -236,8 +246,13 @@ class TransformersPolicy(Policy):
         return self.prefix_cache
 
     def _generate_batch(
-        self, rows: list[tuple[list[int], int]], reuse: list[Reuse], settings: SamplingSettings
+        self,
+        rows: list[tuple[list[int], int]],
+        reuse: list[Reuse],
+        settings: SamplingSettings,
+        budgets: list[int],
     ) -> list[Generation]:
+        """One batch of rows, each ending at its own budget of new tokens (``budgets``, one per row)."""
         import torch
 
         device = self.device
@@ -253,10 +268,10 @@ class TransformersPolicy(Policy):
         packed = self._packs()
         with self._computing() as dtype:
             cache, logits, attention, positions, slots = self._prefill(
-                [prompt for prompt, _ in rows], reuse, settings.max_new_tokens, dtype, packed
+                [prompt for prompt, _ in rows], reuse, max(budgets), dtype, packed
             )
             input_ids: Any = None  # each step's sampled tokens, fed at the next
-            for step in range(settings.max_new_tokens):
+            for step in range(max(budgets)):
                 if step:
                     logits = self._forward(input_ids, attention, positions, cache)
                 chosen, chosen_logprobs = choose_tokens(logits, settings, generators)
@@ -270,7 +285,7 @@ class TransformersPolicy(Policy):
                         finish[b] = "stop"
                     elif settings.stop and cut_at_stop(self._decode(tokens[b]), settings.stop, False)[1]:
                         finish[b] = "stop_string"
-                    elif step == settings.max_new_tokens - 1:
+                    elif len(tokens[b]) >= budgets[b]:
                         finish[b] = "length"
                 done = [i for i, b in enumerate(batch) if finish[b] is not None]
                 if len(done) == len(batch):

@@ -28,6 +28,7 @@ from spade_rl.policy.base import (
     Policy,
     PolicyError,
     SamplingSettings,
+    check_budgets,
     check_token_prompts,
     cut_at_stop,
     derive_seed,
@@ -83,21 +84,27 @@ class VLLMPolicy(Policy):
         return self._tokenizer
 
     def generate_tokens(
-        self, prompt_token_ids: Sequence[Sequence[int]], settings: SamplingSettings
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        settings: SamplingSettings,
+        *,
+        budgets: Sequence[int] | None = None,
     ) -> list[Generation]:
         prompts = check_token_prompts(prompt_token_ids)
+        limits = check_budgets(budgets, len(prompts), settings)
         requests, params = [], []
         for i, prompt in enumerate(prompts):
             for j in range(settings.n):
                 requests.append({"prompt_token_ids": prompt})
-                params.append(self._sampling_params(settings, derive_seed(settings.seed, i * settings.n + j)))
+                seed = derive_seed(settings.seed, i * settings.n + j)
+                params.append(self._sampling_params(settings, seed, limits[i]))
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [self._generation(request_output, settings) for request_output in outputs]
 
-    def _sampling_params(self, settings: SamplingSettings, seed: int) -> Any:
+    def _sampling_params(self, settings: SamplingSettings, seed: int, budget: int) -> Any:
         return self._vllm.SamplingParams(
             n=1,
-            max_tokens=settings.max_new_tokens,
+            max_tokens=budget,
             temperature=settings.temperature,
             top_p=settings.top_p,
             top_k=settings.top_k if settings.top_k > 0 else -1,
