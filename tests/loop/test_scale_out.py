@@ -26,7 +26,7 @@ from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.distributed import Processes, split_for_processes
 from spade_rl.loop.run import SelfPlay
 from spade_rl.loop.updating import InferenceOnlyLearner, make_learner, trainer_weights
-from spade_rl.policy import FakePolicy, ServersConfig
+from spade_rl.policy import FakePolicy, PolicyError, ServersConfig
 from spade_rl.policy.servers import ServerPolicy
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.testing.fake_vllm import FakeVLLMServer, LoopbackTransport
@@ -133,6 +133,20 @@ def test_inference_only_run_says_so_and_never_updates(
     assert json.loads((checkpoint / "inference_only.json").read_text())["inference_only"] is True
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["train/skipped"] == 1.0
+
+
+def test_a_run_whose_context_a_server_cannot_hold_is_refused_at_start(
+    servers: list[FakeVLLMServer], tiny_dir: Path, tmp_path: Path
+) -> None:
+    # The stand-ins serve 4096 positions: an episode of up to 8192 tokens would fail mid-run with HTTP 400.
+    overrides = servers_overrides(servers, tiny_dir, "none", "rollout.max_context_tokens=8192")
+    config = load_config(None, overrides)
+    roles = server_roles(config.policy.servers, servers[0].policy.tokenizer, [DESIGN])
+    with pytest.raises(
+        PolicyError, match=r"max_model_len 4096, shorter than rollout.max_context_tokens = 8192"
+    ):
+        SelfPlay(config, tmp_path / "run", **roles)
+    assert not any(route == "/v1/completions" for s in servers for route, _ in s.calls)  # nothing played
 
 
 def test_an_inference_only_learner_refuses_a_training_checkpoint(tmp_path: Path) -> None:

@@ -132,6 +132,26 @@ def test_each_prompt_has_its_own_budget_of_new_tokens(
     policy.close()
 
 
+def test_a_server_shorter_than_the_rollout_context_is_refused_naming_it(
+    two_servers: list[FakeVLLMServer], tiny_policy: TransformersPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = client(two_servers, tiny_policy.tokenizer)  # max_model_len 1000 and 1001
+    assert policy.context_lengths == {two_servers[0].root: 1000, two_servers[1].root: 1001}
+    policy.check_context(1000, key="rollout.max_context_tokens")  # fits both
+    with pytest.raises(PolicyError) as refused:
+        policy.check_context(1001, key="rollout.max_context_tokens")
+    message = str(refused.value)
+    assert f"the server {two_servers[0].root} serves 'fake-vllm' with max_model_len 1000" in message
+    assert "rollout.max_context_tokens = 1001" in message and "HTTP 400" in message
+    assert "Set rollout.max_context_tokens to at most 1000" in message and "--max-model-len 1001" in message
+    assert two_servers[1].root not in message  # 1001 holds it
+    policy.context_lengths[two_servers[1].root] = None  # a server that does not say is warned about
+    with caplog.at_level("WARNING"):
+        policy.check_context(900, key="rollout.max_context_tokens")
+    assert f"{two_servers[1].root} do not report max_model_len" in caplog.text
+    policy.close()
+
+
 def test_made_from_a_policy_config(two_servers: list[FakeVLLMServer], tmp_path: Any, tiny: Any) -> None:
     tiny[1].save_pretrained(tmp_path)  # the tokenizer folder that policy.model names
     config = PolicyConfig(

@@ -88,6 +88,8 @@ class SelfPlay:
         self.next_iteration = 1
         self.files = RunDirectory.open(self.run_dir) if resume else RunDirectory.create(self.run_dir, config)
         self.policy = policy if policy is not None else make_policy(config.policy)
+        # A server that cannot hold a whole episode would fail it mid-run (HTTP 400): refused now.
+        self.policy.check_context(config.rollout.max_context_tokens, key="rollout.max_context_tokens")
         # Thinking on/off needs a template with the switch: refused now, not at the first design or turn.
         thinking_flag(self.policy, config.rollout.thinking, key="rollout.thinking")
         thinking_flag(self.policy, config.design.thinking, key="design.thinking")

@@ -295,6 +295,11 @@ class Policy:
             "or a backend with supports_token_prompts (transformers, vllm)"
         )
 
+    def check_context(self, max_context_tokens: int, key: str) -> None:
+        """Refuse, before anything runs, a context limit (the configuration's ``key``) that the backend's
+        model or servers cannot hold; a backend that checks on every call, or has no limit, accepts it."""
+        log.debug("%s does not check %s = %d at start", type(self).__name__, key, max_context_tokens)
+
     def render(
         self, messages: Chat, *, add_generation_prompt: bool = True, thinking: bool | None = None
     ) -> list[int]:

@@ -146,7 +146,9 @@ class ServerPolicy(Policy):
         self._tokenizer = (
             tokenizer  # no weights here: the trainer holds its own copy (spade_rl.loop.updating)
         )
-        self.served_model, self.max_model_len = self._check_servers()
+        self.served_model, self.context_lengths = self._check_servers()
+        known = [length for length in self.context_lengths.values() if length is not None]
+        self.max_model_len = min(known) if known else None  # the least context over the servers
         log.info(
             "generating on %d server(s): %s (model %s)",
             len(self.roots),
@@ -169,6 +171,30 @@ class ServerPolicy(Policy):
         if not isinstance(answer, dict) or not isinstance(answer.get("vllm_config"), dict):
             raise PolicyError(f"{self.roots[index]}/server_info gave no vllm_config; is it a vLLM server?")
         return answer["vllm_config"]
+
+    def check_context(self, max_context_tokens: int, key: str) -> None:
+        """Refuse, before anything runs, a server whose context is shorter than the conversations the run
+        will send it (``key`` names the configuration's limit): it would answer HTTP 400 mid-run."""
+        short = {
+            root: n for root, n in self.context_lengths.items() if n is not None and n < max_context_tokens
+        }
+        if short:
+            root, length = next(iter(short.items()))
+            raise PolicyError(
+                f"the server {root} serves {self.served_model!r} with max_model_len {length}, shorter than "
+                f"{key} = {max_context_tokens}: a conversation that grows past {length} tokens would fail "
+                f"there with HTTP 400. Set {key} to at most {min(short.values())}, or restart the server "
+                f"with --max-model-len {max_context_tokens} or more"
+                + (f" (also short: {sorted(short)[1:]})" if len(short) > 1 else "")
+            )
+        unknown = [root for root, n in self.context_lengths.items() if n is None]
+        if unknown:
+            log.warning(
+                "the server(s) %s do not report max_model_len: %s = %d is not checked against them",
+                ", ".join(unknown),
+                key,
+                max_context_tokens,
+            )
 
     def generate_tokens(
         self,
@@ -274,8 +300,9 @@ class ServerPolicy(Policy):
 
     # --- start-up ----------------------------------------------------------------------------------------
 
-    def _check_servers(self) -> tuple[str, int | None]:
-        """Every server answers ``/v1/models`` and serves the same model; its name and the least context."""
+    def _check_servers(self) -> tuple[str, dict[str, int | None]]:
+        """Every server answers ``/v1/models`` and serves the same model; its name, and each server's
+        context length (its ``max_model_len``; ``None`` where it does not say)."""
         listed: list[list[dict[str, Any]]] = []
         for root, client in zip(self.roots, self._clients, strict=True):
             try:
@@ -289,7 +316,7 @@ class ServerPolicy(Policy):
                 raise PolicyError(f"the server {root} serves no model")
             listed.append(models)
         wanted = self.config.served_model or listed[0][0]["id"]
-        lengths = []
+        lengths: dict[str, int | None] = {}
         for root, models in zip(self.roots, listed, strict=True):
             match = [m for m in models if m.get("id") == wanted]
             if not match:
@@ -298,6 +325,6 @@ class ServerPolicy(Policy):
                     f"the server {root} does not serve {wanted!r} (it serves {names}); every server must "
                     "serve the same model (set policy.servers.served_model to its name)"
                 )
-            if isinstance(match[0].get("max_model_len"), int):
-                lengths.append(match[0]["max_model_len"])
-        return wanted, min(lengths) if lengths else None
+            length = match[0].get("max_model_len")
+            lengths[root] = length if isinstance(length, int) and not isinstance(length, bool) else None
+        return wanted, lengths
