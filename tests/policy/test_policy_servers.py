@@ -84,8 +84,8 @@ def test_sampling_seeds_do_not_depend_on_which_server_draws(
     settings = SamplingSettings(max_new_tokens=5, temperature=1.0, top_k=50, seed=11, n=2)
     ids = [tiny_policy.render(chat) for chat in CHATS[:3]]
     since = len(two_servers[1].calls)
-    both = client(two_servers, tiny_policy.tokenizer).generate_tokens(ids, settings)
-    alone = client(two_servers[1:], tiny_policy.tokenizer).generate_tokens(ids, settings)
+    both = client(two_servers, tiny_policy.tokenizer, seed_requests=True).generate_tokens(ids, settings)
+    alone = client(two_servers[1:], tiny_policy.tokenizer, seed_requests=True).generate_tokens(ids, settings)
     assert len(both) == 6
     assert [g.completion_token_ids for g in both] == [g.completion_token_ids for g in alone]
     sent = [b for route, b in two_servers[1].calls[since:] if route == "/v1/completions"]
@@ -93,8 +93,21 @@ def test_sampling_seeds_do_not_depend_on_which_server_draws(
     seeds = [b["seed"] for b in sent[2:]]  # then all six samples alone, with the same seeds as split
     assert len(set(seeds)) == 6 and all(b["top_k"] == 50 and b["n"] == 1 for b in sent)
     assert {b["seed"] for b in sent[:2]} <= set(seeds)
-    again = client(two_servers, tiny_policy.tokenizer).generate_tokens(ids, settings)
+    again = client(two_servers, tiny_policy.tokenizer, seed_requests=True).generate_tokens(ids, settings)
     assert [g.completion_token_ids for g in again] == [g.completion_token_ids for g in both]
+
+
+def test_no_per_request_seeds_unless_asked(
+    two_servers: list[FakeVLLMServer], tiny_policy: TransformersPolicy
+) -> None:
+    # vLLM samples seeded requests one at a time: by default none is sent, and the servers batch them.
+    settings = SamplingSettings(max_new_tokens=3, temperature=1.0, seed=11, n=2)
+    since = len(two_servers[0].calls)
+    client(two_servers[:1], tiny_policy.tokenizer).generate_tokens([tiny_policy.render(CHATS[0])], settings)
+    sent = [b for route, b in two_servers[0].calls[since:] if route == "/v1/completions"]
+    assert len(sent) == 2 and all("seed" not in b for b in sent)
+    with pytest.raises(ValueError, match="servers seed_requests must be true or false, got 1"):
+        ServersConfig(seed_requests=1)  # type: ignore[arg-type]
 
 
 def test_stop_strings_stop_tokens_and_length(

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from spade_rl.policy import SamplingSettings, VLLMConfig
+from spade_rl.policy.base import derive_seed
 from spade_rl.policy.vllm_backend import VLLMPolicy, vllm_available
 
 CHAT = [{"role": "user", "content": "Hi"}]
@@ -80,12 +81,22 @@ def test_engine_options_and_sampling_params(fake_vllm: type[_FakeLLM], tmp_path:
     assert prompts == [{"prompt_token_ids": policy.render(CHAT)}] * 2  # token prompts, one request per sample
     first, second = (p.kwargs for p in params)
     assert first["max_tokens"] == 7 and first["top_k"] == -1 and first["logprobs"] == 0 and first["n"] == 1
-    assert first["seed"] != second["seed"]
+    assert first["seed"] is None and second["seed"] is None  # unseeded by default: vLLM batches them
     assert [g.finish_reason for g in generations] == ["stop", "stop"]
     assert generations[0].completion_token_ids == (11, 12, 2)
     assert generations[0].completion_logprobs == (-0.5, -1.0, -1.5)  # the sampled token's, not the others
     assert generations[0].prompt_text is not None and generations[0].prompt_text.endswith("assistant\n")
     policy.close()
+
+
+def test_per_request_seeds_only_when_asked(fake_vllm: type[_FakeLLM], tmp_path: Path) -> None:
+    policy = VLLMPolicy(str(tmp_path), VLLMConfig(seed_requests=True))
+    settings = SamplingSettings(max_new_tokens=7, temperature=0.6, seed=3, n=2)
+    policy.generate([CHAT], settings)
+    first, second = (p.kwargs for p in fake_vllm.instances[0].calls[-1][1])
+    assert first["seed"] == derive_seed(3, 0) and second["seed"] == derive_seed(3, 1)
+    with pytest.raises(ValueError, match="vllm seed_requests must be true or false, got 'yes'"):
+        VLLMConfig(seed_requests="yes")  # type: ignore[arg-type]
 
 
 def test_greedy_stop_strings_and_no_logprobs(fake_vllm: type[_FakeLLM], tmp_path: Path) -> None:

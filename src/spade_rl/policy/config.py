@@ -130,6 +130,11 @@ class VLLMConfig:
 
     ``logprobs_mode`` "processed_logprobs" reports log-probs of the distribution tokens were sampled from
     (after temperature, top-k, top-p), as the transformers backend does; "raw_logprobs" reports the model's.
+
+    ``seed_requests`` gives every sample its own seed (``derive_seed``), so that a sample does not depend
+    on the batch it was drawn in. vLLM samples seeded requests one at a time, so it is off by default:
+    sampling then draws from the engine's own generator (seeded once, with the policy's seed), and a run
+    is repeatable only as far as vLLM's batching is (not from one run to the next in general).
     """
 
     gpu_memory_utilization: float = 0.5
@@ -138,6 +143,7 @@ class VLLMConfig:
     dtype: str = "auto"
     enforce_eager: bool = False
     logprobs_mode: str = "processed_logprobs"
+    seed_requests: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -147,6 +153,7 @@ class VLLMConfig:
         if self.max_model_len is not None:
             _check_positive("vllm max_model_len", self.max_model_len, integer=True)
         _check_positive("vllm tensor_parallel_size", self.tensor_parallel_size, integer=True)
+        _check_bool("vllm seed_requests", self.seed_requests)
         _check_choice("vllm dtype", self.dtype, DTYPES)
         _check_choice("vllm logprobs_mode", self.logprobs_mode, LOGPROBS_MODES)
 
@@ -175,6 +182,11 @@ class ServersConfig:
 
     The key is read from the environment variable ``api_key_env``. ``concurrency`` requests run at once per
     server; ``sync_timeout_s`` bounds each weight-sync request.
+
+    ``seed_requests`` sends every sample's own seed (``derive_seed``, the same whichever server draws it).
+    vLLM samples seeded requests one at a time, so it is off by default: the servers then sample from their
+    own generators, and sampling is not repeatable from run to run (the run's own seeds, of environments,
+    designs and their order, still are).
     """
 
     base_urls: tuple[str, ...] = ("http://127.0.0.1:8000/v1",)
@@ -189,6 +201,7 @@ class ServersConfig:
     sync_timeout_s: float = 900.0
     max_retries: int = 2
     concurrency: int = 32
+    seed_requests: bool = False
 
     def __post_init__(self) -> None:
         urls = self.base_urls
@@ -223,6 +236,7 @@ class ServersConfig:
         _check_positive("servers timeout_s", self.timeout_s)
         _check_positive("servers sync_timeout_s", self.sync_timeout_s)
         _check_positive("servers concurrency", self.concurrency, integer=True)
+        _check_bool("servers seed_requests", self.seed_requests)
         if (
             isinstance(self.max_retries, bool)
             or not isinstance(self.max_retries, int)
@@ -312,3 +326,8 @@ def _check_positive(name: str, value: object, *, integer: bool = False) -> None:
     kinds = int if integer else int | float
     if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
         raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")

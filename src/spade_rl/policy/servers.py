@@ -16,9 +16,11 @@ message, never re-tokenised: re-tokenised ids differ from what was sampled.
 
 **Several servers.** A batch of prompts is cut into contiguous, equal shares (sizes differ by at most one),
 one per server, in the order of ``base_urls``; all samples of a prompt go to the server of that prompt, so
-they share its prefix cache. Every sample is its own request (``n = 1``) with the seed
-``derive_seed(settings.seed, i * n + j)``, as in the in-process backends, so which server drew a sample
-does not change its seed; ``concurrency`` requests run at once per server, and vLLM batches them.
+they share its prefix cache. Every sample is its own request (``n = 1``); with ``seed_requests`` it carries
+the seed ``derive_seed(settings.seed, i * n + j)``, as in the in-process backends, so which server drew a
+sample does not change its seed (off by default: vLLM samples seeded requests one at a time, and unseeded
+sampling is not repeatable from run to run); ``concurrency`` requests run at once per server, and vLLM
+batches them.
 
 At construction every server is asked ``GET /v1/models``: an unreachable server, or servers serving
 different models, stop the run before anything runs. Weights are not this module's business: see
@@ -185,7 +187,7 @@ class ServerPolicy(Policy):
                 f"{key} = {max_context_tokens}: a conversation that grows past {length} tokens would fail "
                 f"there with HTTP 400. Set {key} to at most {min(short.values())}, or restart the server "
                 f"with --max-model-len {max_context_tokens} or more"
-                + (f" (also short: {sorted(short)[1:]})" if len(short) > 1 else "")
+                + (f" (also short: {[r for r in short if r != root]})" if len(short) > 1 else "")
             )
         unknown = [root for root, n in self.context_lengths.items() if n is None]
         if unknown:
@@ -234,7 +236,7 @@ class ServerPolicy(Policy):
             "top_p": settings.top_p,
             "n": 1,
         }
-        if not settings.greedy:
+        if self.config.seed_requests and not settings.greedy:
             request["seed"] = derive_seed(settings.seed, k)
         if settings.logprobs:
             request["logprobs"] = 0  # the sampled token's log-prob only

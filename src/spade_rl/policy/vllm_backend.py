@@ -108,7 +108,7 @@ class VLLMPolicy(Policy):
             temperature=settings.temperature,
             top_p=settings.top_p,
             top_k=settings.top_k if settings.top_k > 0 else -1,
-            seed=None if settings.greedy else seed,
+            seed=seed if self.config.seed_requests and not settings.greedy else None,
             stop=list(settings.stop) or None,
             stop_token_ids=list(settings.stop_token_ids) or None,
             include_stop_str_in_output=settings.include_stop_string,
