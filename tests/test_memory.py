@@ -71,3 +71,52 @@ def test_a_phase_peak_can_be_used_again():
         with peak:
             time.sleep(0.03)
             assert peak._thread is not None and peak._thread.is_alive()
+
+
+class _StandInCUDA:
+    """torch.cuda's allocator statistics, for a machine without a GPU: ``allocate`` moves the peak."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+        self.resets = 0
+
+    def allocate(self, mib: int) -> None:
+        self.now += mib * 2**20
+        self.peak = max(self.peak, self.now)
+
+    def reset_peak_memory_stats(self) -> None:
+        self.peak, self.resets = self.now, self.resets + 1
+
+    def max_memory_allocated(self) -> int:
+        return self.peak
+
+
+def test_each_phase_records_its_own_gpu_peak_where_cuda_is_used(monkeypatch):
+    # Never run on a GPU here: torch.cuda's functions are stand-ins (issue 38, item 4).
+    torch = pytest.importorskip("torch")
+    cuda = _StandInCUDA()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", cuda.reset_peak_memory_stats)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", cuda.max_memory_allocated)
+    meter = memory.PhaseMeter()
+    with meter("play"):
+        cuda.allocate(300)
+        cuda.allocate(-200)  # freed before the phase ended: its peak still counts
+    with meter("update"):
+        cuda.allocate(50)
+    assert meter.metrics["memory/play_gpu_peak_mib"] == 300
+    assert meter.metrics["memory/update_gpu_peak_mib"] == 150  # its own peak, not the play's 300
+    assert cuda.resets == 2
+
+
+def test_without_cuda_no_gpu_figure_is_recorded(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    meter = memory.PhaseMeter()
+    with meter("play"):
+        pass
+    assert not any("gpu" in key for key in meter.metrics)
+    monkeypatch.delitem(sys.modules, "torch")  # a process that never imported torch: not imported here
+    with meter("update"):
+        pass
+    assert "torch" not in sys.modules and not any("gpu" in key for key in meter.metrics)

@@ -7,6 +7,11 @@ more on top of it: the peak resident size grows with every phase that came befor
 hands whole free pages back (glibc 2.8 and later trim inside the heap, not only at its top). On the CPU
 default, trimming at the phase boundaries lowered the play phase's peak from 3436 to 2748 MiB in the
 first iteration (measured). Elsewhere (musl, macOS, Windows) this does nothing.
+
+The phases' sizes are the host's (resident set) and, where this process uses a CUDA GPU, the GPU's:
+the most memory torch's allocator held for tensors during the phase (``torch.cuda.max_memory_allocated``
+after ``reset_peak_memory_stats`` at the phase's start, on the current device). Memory another engine
+holds (vLLM's cache in process, the servers) and the allocator's cached, unused blocks are not in it.
 """
 
 from __future__ import annotations
@@ -121,9 +126,43 @@ class PhasePeak:
         self._sample()
 
 
+def _cuda() -> object | None:
+    """``torch.cuda`` where this process has imported torch and a CUDA GPU is available; None otherwise
+    (torch is not imported here: a process that never loaded it holds no GPU memory through it)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return cuda if cuda is not None and cuda.is_available() else None
+    except RuntimeError:  # a broken driver: nothing to measure
+        return None
+
+
+class GPUPeak:
+    """The most GPU memory torch's allocator held for tensors during a ``with`` block, in MiB, on the
+    current CUDA device: ``peak_mib`` after it, None without a CUDA GPU. The allocator's peak is reset at
+    the block's start, so blocks measured one after another each get their own."""
+
+    def __init__(self) -> None:
+        self.peak_mib: float | None = None
+        self._cuda: object | None = None
+
+    def __enter__(self) -> GPUPeak:
+        self.peak_mib = None
+        self._cuda = _cuda()
+        if self._cuda is not None:
+            self._cuda.reset_peak_memory_stats()  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cuda is not None:
+            self.peak_mib = self._cuda.max_memory_allocated() / 2**20  # type: ignore[attr-defined]
+
+
 class PhaseMeter:
-    """The seconds and the peak resident size of named phases: ``with meter("play"): ...`` records
-    ``time/play_s`` and ``memory/play_peak_mib`` (when the size can be read) in ``meter.metrics``."""
+    """The seconds and the peak memory of named phases: ``with meter("play"): ...`` records
+    ``time/play_s``, ``memory/play_peak_mib`` (the host's resident size, when it can be read) and
+    ``memory/play_gpu_peak_mib`` (where a CUDA GPU is in use: :class:`GPUPeak`) in ``meter.metrics``.
+    Phases are measured one after another, not nested (each resets the GPU's peak at its start)."""
 
     def __init__(self) -> None:
         self.metrics: dict[str, float] = {}
@@ -131,11 +170,13 @@ class PhaseMeter:
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
-        with PhasePeak() as peak:
+        with PhasePeak() as peak, GPUPeak() as gpu:
             yield
         self.metrics[f"time/{name}_s"] = time.perf_counter() - started
         if peak.peak_mib is not None:
             self.metrics[f"memory/{name}_peak_mib"] = peak.peak_mib
+        if gpu.peak_mib is not None:
+            self.metrics[f"memory/{name}_gpu_peak_mib"] = gpu.peak_mib
 
     def process(self) -> dict[str, float]:
         """The process's peak resident size so far and its size now: ``memory/peak_mib`` and
