@@ -179,6 +179,35 @@ def test_processes_from_the_launch_environment() -> None:
     assert Processes.from_env({"WORLD_SIZE": "2", "ACCELERATE_USE_CPU": "True"}).cpu
 
 
+def test_one_process_that_sees_several_gpus_is_refused_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Never run on a GPU here: torch.cuda's answers are stand-ins (issue 38, item 4).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    config = load_config(None, ["warmup.designs=0", "policy.transformers.device='cuda'"])
+    with pytest.raises(ConfigError) as refused:
+        Processes().check(config)
+    message = str(refused.value)
+    assert "sees 4 GPUs (CUDA_VISIBLE_DEVICES=0,1,2,3)" in message and "leaving 3 idle" in message
+    assert "accelerate launch --config_file configs/accelerate/ddp.yaml" in message
+    assert "CUDA_VISIBLE_DEVICES=0 spade-rl run" in message and "'cuda:0'" in message
+    Processes().check(
+        replace(
+            config,
+            policy=replace(config.policy, transformers=replace(config.policy.transformers, device="cuda:1")),
+        )
+    )  # one GPU named: the user's choice
+    with caplog.at_level(logging.WARNING):
+        Processes(world_size=4).check(config)  # one process per GPU: each uses its own
+    assert "only the main one generates" in caplog.text and "the other 3 GPUs wait" in caplog.text
+    inference_only = load_config(None, ["policy.backend='servers'", "warmup.designs=0"])
+    Processes().check(inference_only)  # no trainer model: no GPU used here
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    Processes().check(config)  # one GPU visible
+
+
 def test_what_each_sharding_allows_is_checked_before_anything_runs() -> None:
     transformers = load_config(None, ["warmup.designs=0"])  # (the warm-up runs in one process)
     servers = load_config(
@@ -348,3 +377,14 @@ def test_the_accelerate_configs_launch_what_the_loop_detects(name: str, sharding
     assert processes.sharding == sharding and processes.distributed and not processes.main
     if name == "fsdp":
         assert env["FSDP_VERSION"] == "2"  # FSDP1 is refused by trainer_weights
+
+
+def test_selfplay_refuses_several_visible_gpus_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # stand-ins: no GPU here
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    config = load_config(None, ["warmup.designs=0", "policy.transformers.device='auto'"])
+    with pytest.raises(ConfigError, match="this process sees 2 GPUs"):
+        SelfPlay(config, tmp_path / "run", policy=FakePolicy(["x"]))
+    assert not (tmp_path / "run").exists()  # refused before the run directory, the policy or the warm-up

@@ -107,6 +107,7 @@ class Processes:
                 "(configs/accelerate/fsdp.yaml) or replicate with DDP (configs/accelerate/ddp.yaml)"
             )
         if not self.distributed:
+            self.check_visible_gpus(config)
             return
         backend = config.policy.backend
         if backend == "servers" and config.policy.servers.weight_sync == "none":
@@ -128,6 +129,40 @@ class Processes:
             )
         if backend not in ("transformers", "servers"):
             raise ConfigError(f"policy.backend {backend!r} cannot train; use 'transformers' or 'servers'")
+        if backend == "transformers" and self.main:
+            log.warning(
+                "%d processes train, but only the main one generates (policy.backend = 'transformers'): "
+                "the other %d GPUs wait while the episodes play. Generating on vLLM servers "
+                "(policy.backend = 'servers') keeps them apart from the trainers",
+                self.world_size,
+                self.world_size - 1,
+            )
+
+    def check_visible_gpus(self, config: RunConfig) -> None:
+        """One process that trains on "the" GPU (device 'auto' or 'cuda') while it sees several would use
+        the first and leave the others idle without a word (the learner is plain torch in one process: no
+        DataParallel). Refused, naming the ways to use them; an explicit 'cuda:N' is the user's choice.
+        ``SelfPlay`` asks first, before the warm-up trains anything."""
+        if self.distributed:
+            return
+        wanted = config.policy.transformers.device
+        trains = config.policy.backend == "transformers" or (
+            config.policy.backend == "servers" and config.policy.servers.weight_sync != "none"
+        )
+        if self.cpu or not trains or wanted not in ("auto", "cuda"):
+            return
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count > 1:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset: every GPU)")
+            raise ConfigError(
+                f"this process sees {count} GPUs (CUDA_VISIBLE_DEVICES={visible}) and would train on the "
+                f"first alone (policy.transformers.device = {wanted!r}), leaving {count - 1} idle. Use them "
+                "all with one process per GPU: accelerate launch --config_file configs/accelerate/ddp.yaml "
+                "-m spade_rl run ...; or make one visible (CUDA_VISIBLE_DEVICES=0 spade-rl run ...), or name "
+                "one (policy.transformers.device = 'cuda:0') when the others serve vLLM"
+            )
 
 
 def is_follower(environ: Mapping[str, str] | None = None) -> bool:

@@ -52,6 +52,7 @@ from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
+from spade_rl.loop.distributed import Processes
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import seed_pool
 from spade_rl.loop.probe import make_probe
@@ -83,6 +84,7 @@ class SelfPlay:
         policy: Policy | None = None,
         designer_policy: Policy | None = None,  # who writes the designs (default: policy; see _make_designer)
     ):
+        Processes.from_env().check_visible_gpus(config)  # several GPUs in one process: refused now
         self.config = config
         self.run_dir = Path(run_dir)
         self.next_iteration = 1
