@@ -127,7 +127,8 @@ def test_inference_only_run_says_so_and_never_updates(
     assert metrics["train/skipped"] == 1.0
     assert metrics.get("train/inference_only", 1.0) == 1.0 and "train/loss" not in metrics
     for server in servers:
-        assert server.routes() == []  # no server_info, no weight routes: nothing was pushed
+        # the policy read the server's capacity (/server_info); no weight route: nothing was pushed
+        assert server.routes() == ["/server_info"]
     assert all(torch.equal(p, before[n]) for n, p in servers[0].policy.model.named_parameters())
     checkpoint = tmp_path / "run" / "checkpoints" / "iter-0001" / "updater"
     assert json.loads((checkpoint / "inference_only.json").read_text())["inference_only"] is True

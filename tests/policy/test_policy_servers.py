@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from spade_rl.policy import PolicyConfig, PolicyError, SamplingSettings, ServersConfig, make_policy
+from spade_rl.policy.config import DEFAULT_SERVER_CONCURRENCY
 from spade_rl.policy.servers import ServerPolicy, split_evenly
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.testing.fake_vllm import SERVED_MODEL, FakeVLLMServer
@@ -163,6 +164,28 @@ def test_a_server_shorter_than_the_rollout_context_is_refused_naming_it(
         policy.check_context(900, key="rollout.max_context_tokens")
     assert f"{two_servers[1].root} do not report max_model_len" in caplog.text
     policy.close()
+
+
+def test_concurrency_is_each_servers_capacity_unless_set(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    servers = [
+        FakeVLLMServer(TransformersPolicy(model, tokenizer), max_num_seqs=48).start(),  # reports its capacity
+        FakeVLLMServer(TransformersPolicy(model, tokenizer), max_num_seqs=None).start(),  # reports none
+        FakeVLLMServer(TransformersPolicy(model, tokenizer), dev_mode=False).start(),  # no /server_info
+    ]
+    try:
+        policy = client(servers, tokenizer)
+        assert policy.concurrency == [48, DEFAULT_SERVER_CONCURRENCY, DEFAULT_SERVER_CONCURRENCY]
+        assert [pool._max_workers for pool in policy._pools] == [48, 256, 256]
+        policy.close()
+        chosen = client(servers, tokenizer, concurrency=5)  # the user's number, as it is, for every server
+        assert chosen.concurrency == [5, 5, 5] and [pool._max_workers for pool in chosen._pools] == [5, 5, 5]
+        chosen.close()
+    finally:
+        for server in servers:
+            server.stop()
+    with pytest.raises(ValueError, match="servers concurrency must be a positive integer"):
+        ServersConfig(concurrency=0)
 
 
 def test_made_from_a_policy_config(two_servers: list[FakeVLLMServer], tmp_path: Any, tiny: Any) -> None:

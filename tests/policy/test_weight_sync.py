@@ -93,7 +93,7 @@ def test_nccl_protocol_one_group_over_two_servers(
     assert isinstance(sync, NCCLWeightSync)
     sync.check(processed_logprobs=True)
     assert sync.world_sizes == [1, 2] and sync.dtype == "float32"
-    policy = ServerPolicy(config_for(servers), tokenizer=tiny[1])
+    policy = ServerPolicy(config_for(servers, concurrency=2), tokenizer=tiny[1])  # no /server_info of its own
     local = TransformersPolicy(trainer, tiny[1])
     assert (
         policy.generate([CHAT], GREEDY)[0].completion_token_ids

@@ -158,6 +158,12 @@ class VLLMConfig:
         _check_choice("vllm logprobs_mode", self.logprobs_mode, LOGPROBS_MODES)
 
 
+# Requests in flight per server when it does not report its capacity (``ServersConfig.concurrency``
+# None): vLLM's scheduler runs up to --max-num-seqs sequences at once (256 unless set, on most GPUs), and
+# a request beyond them waits in its queue, so sending as many costs nothing and sending fewer idles it.
+DEFAULT_SERVER_CONCURRENCY = 256
+
+
 @dataclass(frozen=True)
 class ServersConfig:
     """One or more vLLM servers that generate while the trainer holds its own copy of the model.
@@ -181,7 +187,9 @@ class ServersConfig:
       path) and each server reloads them (vLLM dev mode's ``/collective_rpc`` ``reload_weights``).
 
     The key is read from the environment variable ``api_key_env``. ``concurrency`` requests run at once per
-    server; ``sync_timeout_s`` bounds each weight-sync request.
+    server: ``None`` (the default) takes each server's capacity, the ``max_num_seqs`` its ``/server_info``
+    reports (development mode), or :data:`DEFAULT_SERVER_CONCURRENCY` where it reports none; a number is
+    used as it is, for every server. ``sync_timeout_s`` bounds each weight-sync request.
 
     ``seed_requests`` sends every sample's own seed (``derive_seed``, the same whichever server draws it).
     vLLM samples seeded requests one at a time, so it is off by default: the servers then sample from their
@@ -200,7 +208,7 @@ class ServersConfig:
     timeout_s: float = 300.0
     sync_timeout_s: float = 900.0
     max_retries: int = 2
-    concurrency: int = 32
+    concurrency: int | None = None
     seed_requests: bool = False
 
     def __post_init__(self) -> None:
@@ -235,7 +243,8 @@ class ServersConfig:
             raise ValueError(f"servers nccl_port must be a port number (1-65535), got {self.nccl_port!r}")
         _check_positive("servers timeout_s", self.timeout_s)
         _check_positive("servers sync_timeout_s", self.sync_timeout_s)
-        _check_positive("servers concurrency", self.concurrency, integer=True)
+        if self.concurrency is not None:
+            _check_positive("servers concurrency", self.concurrency, integer=True)
         _check_bool("servers seed_requests", self.seed_requests)
         if (
             isinstance(self.max_retries, bool)

@@ -19,8 +19,8 @@ one per server, in the order of ``base_urls``; all samples of a prompt go to the
 they share its prefix cache. Every sample is its own request (``n = 1``); with ``seed_requests`` it carries
 the seed ``derive_seed(settings.seed, i * n + j)``, as in the in-process backends, so which server drew a
 sample does not change its seed (off by default: vLLM samples seeded requests one at a time, and unseeded
-sampling is not repeatable from run to run); ``concurrency`` requests run at once per server, and vLLM
-batches them.
+sampling is not repeatable from run to run). Each server gets as many requests at once as it runs sequences
+(its ``max_num_seqs``, unless ``concurrency`` is set), and vLLM batches them.
 
 At construction every server is asked ``GET /v1/models``: an unreachable server, or servers serving
 different models, stop the run before anything runs. Weights are not this module's business: see
@@ -49,7 +49,7 @@ from spade_rl.policy.base import (
     cut_at_stop,
     derive_seed,
 )
-from spade_rl.policy.config import ServersConfig
+from spade_rl.policy.config import DEFAULT_SERVER_CONCURRENCY, ServersConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -137,10 +137,6 @@ class ServerPolicy(Policy):
             )
             for root in self.roots
         ]
-        self._pools = [
-            ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix=f"server{i}")
-            for i in range(len(self.roots))
-        ]
         if tokenizer is None:
             from spade_rl.policy.models import load_tokenizer
 
@@ -151,6 +147,11 @@ class ServerPolicy(Policy):
         self.served_model, self.context_lengths = self._check_servers()
         known = [length for length in self.context_lengths.values() if length is not None]
         self.max_model_len = min(known) if known else None  # the least context over the servers
+        self.concurrency = [self._concurrency(i) for i in range(len(self.roots))]  # requests in flight each
+        self._pools = [
+            ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"server{i}")
+            for i, count in enumerate(self.concurrency)
+        ]
         log.info(
             "generating on %d server(s): %s (model %s)",
             len(self.roots),
@@ -301,6 +302,33 @@ class ServerPolicy(Policy):
         )
 
     # --- start-up ----------------------------------------------------------------------------------------
+
+    def _concurrency(self, index: int) -> int:
+        """Requests in flight on server ``index``: ``policy.servers.concurrency`` when set; else the
+        server's capacity (its ``max_num_seqs``, from ``/server_info``), or the documented default."""
+        if self.config.concurrency is not None:
+            return self.config.concurrency
+        root = self.roots[index]
+        try:
+            scheduler = self.server_info(index).get("scheduler_config")
+        except PolicyError as error:
+            log.info(
+                "%s does not report its capacity (%s): %d requests at a time (policy.servers.concurrency)",
+                root,
+                str(error)[:200],
+                DEFAULT_SERVER_CONCURRENCY,
+            )
+            return DEFAULT_SERVER_CONCURRENCY
+        capacity = scheduler.get("max_num_seqs") if isinstance(scheduler, dict) else None
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            log.info(
+                "%s reports no max_num_seqs: %d requests at a time (policy.servers.concurrency)",
+                root,
+                DEFAULT_SERVER_CONCURRENCY,
+            )
+            return DEFAULT_SERVER_CONCURRENCY
+        log.info("%s runs up to %d sequences at once: as many requests at a time", root, capacity)
+        return capacity
 
     def _check_servers(self) -> tuple[str, dict[str, int | None]]:
         """Every server answers ``/v1/models`` and serves the same model; its name, and each server's

@@ -9,9 +9,11 @@ For tests and for trying the ``servers`` backend without a GPU. It answers, in t
 
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), and ``POST /v1/completions`` with a token
   prompt, ``return_token_ids``, ``logprobs``, ``seed``, ``stop``, ``stop_token_ids``, ``top_k``: one
-  ``TransformersPolicy.generate_tokens`` call per request (its log-probs are the tempered, "processed" ones);
+  ``TransformersPolicy.generate_tokens`` call per request (its log-probs are the tempered, "processed" ones;
+  a request without a seed draws one from the server's own generator);
 - development-mode routes (``dev_mode=True``, as with ``VLLM_SERVER_DEV_MODE=1``; 404 otherwise):
-  ``GET /server_info`` (``model_config.dtype`` / ``logprobs_mode``, ``weight_transfer_config``),
+  ``GET /server_info`` (``model_config.dtype`` / ``logprobs_mode``, ``weight_transfer_config``,
+  ``scheduler_config.max_num_seqs``),
   ``GET /get_world_size``, ``GET /weight_info``, ``POST /reset_prefix_cache``, ``/update_weight_version``,
   the NCCL weight-transfer routes ``/init_weight_transfer_engine``, ``/start_weight_update``,
   ``/update_weights``, ``/finish_weight_update`` (with a weight-transfer engine configured), and
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Iterable
@@ -102,6 +105,7 @@ class FakeVLLMServer(ThreadingHTTPServer):
         dtype: str = "float32",
         world_size: int = 1,
         max_model_len: int = 4096,
+        max_num_seqs: int | None = 256,
         timeout_s: float = 60.0,
     ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -113,6 +117,8 @@ class FakeVLLMServer(ThreadingHTTPServer):
         self.dtype = dtype
         self.world_size = world_size
         self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs  # None: /server_info leaves scheduler_config out
+        self._unseeded = random.Random(0)  # the seeds of requests that carry none
         self.timeout_s = timeout_s
         self.lock = threading.Lock()
         self.calls: list[tuple[str, Any]] = []  # (route, body) of every request, in order of arrival
@@ -163,7 +169,8 @@ class FakeVLLMServer(ThreadingHTTPServer):
             temperature=body.get("temperature", 1.0),
             top_p=body.get("top_p", 1.0),
             top_k=max(0, body.get("top_k") or 0),
-            seed=body.get("seed") or 0,
+            # an unseeded request draws from the server's own generator, as vLLM's does
+            seed=body["seed"] if body.get("seed") is not None else self._unseeded.randrange(2**31),
             stop=tuple(body.get("stop") or ()),
             stop_token_ids=tuple(body.get("stop_token_ids") or ()),
             include_stop_string=body.get("include_stop_str_in_output", False),
@@ -223,6 +230,11 @@ class FakeVLLMServer(ThreadingHTTPServer):
                     "max_model_len": self.max_model_len,
                 },
                 "parallel_config": {"tensor_parallel_size": self.world_size, "data_parallel_size": 1},
+                **(
+                    {"scheduler_config": {"max_num_seqs": self.max_num_seqs}}
+                    if self.max_num_seqs is not None
+                    else {}
+                ),
                 "weight_transfer_config": {"backend": "nccl"} if self.weight_transfer else None,
             },
             "vllm_env": {"VLLM_SERVER_DEV_MODE": True},
