@@ -66,7 +66,9 @@ def test_reset_gate_refuses_an_environment_that_ignores_its_seed(pool):
 
 @pytest.mark.slow
 def test_reset_gate_passes_environments_drawn_from_their_seed(pool):
-    gate = ValidationSettings(**{**GAMES.__dict__, "reset_gate_seeds": 3})
+    # Pinned: the parity game has two instances (even and odd seeds), so one draw in four of three fresh
+    # gate seeds would rightly find one instance only.
+    gate = ValidationSettings(**{**GAMES.__dict__, "reset_gate_seeds": 3, "seed": 0})
     report = validate_source(pool, PARITY, gate)
     assert report.valid and "reset_gate" in report.checks, report
     example = kits.compose("tool_use", kits.TOOL_EXAMPLES["files"])

@@ -372,6 +372,7 @@ def test_selfplay_on_ray_leaves_the_archive_a_local_run_leaves(cluster, tmp_path
         "sandbox.pool_size=1",
         "sandbox.call_timeout_s=0.5",
         "design.validation.call_timeout_s=0.5",
+        "design.validation.seed=20261205",  # validation's seeds, drawn fresh otherwise: the same on both
         "train.learning_rate=1e-3",
     ]
     contents, metrics = {}, {}
