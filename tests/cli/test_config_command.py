@@ -41,6 +41,20 @@ def test_explain_names_each_value_s_source(runner):
     assert "loop.hint_plays_per_env = 4" in cpu and "# profile cpu" in cpu
 
 
+def test_explain_says_what_a_run_decides_from_who_samples(runner):
+    servers = ROOT / "configs" / "servers-vllm.toml"
+    result = runner.invoke(app, ["config", "-c", str(servers), "--explain"])
+    assert result.exit_code == 0, result.output
+    lines = {line.split(" = ")[0]: line for line in result.stdout.splitlines()}
+    assert 'the run uses "recompute"' in lines["train.old_logprobs"]
+    assert "the run uses 2.0" in lines["train.tis_cap"] and "'servers' samples" in lines["train.tis_cap"]
+    cpu = {
+        line.split(" = ")[0]: line for line in runner.invoke(app, ["config", "--explain"]).stdout.splitlines()
+    }
+    assert 'the run uses "sampling"' in cpu["train.old_logprobs"]
+    assert cpu["train.tis_cap"].endswith("# default")  # nothing decided: no cap where the trainer samples
+
+
 def test_a_configuration_that_cannot_run_is_refused(runner, clean_failure, tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("[loop]\niterations = 2\n")

@@ -41,12 +41,28 @@ def config(
     if not explain:
         typer.echo(json.dumps(data, indent=2))
         return
+    decided = _decided_at_run(resolved.config)
     lines = []
     for key, value in _leaves(data, resolved.config):
-        lines.append((key, json.dumps(value), resolved.source(key)))
+        source = resolved.source(key)
+        if key in decided and decided[key] != value:
+            source += f"; the run uses {json.dumps(decided[key])} ({decided['why']})"
+        lines.append((key, json.dumps(value), source))
     width = min(64, max(len(f"{key} = {value}") for key, value, _ in lines))  # a long list goes past it
     for key, value, source in lines:
         typer.echo(f"{f'{key} = {value}':<{width}}  # {source}")
+
+
+def _decided_at_run(config: Any) -> dict[str, Any]:
+    """The values a run decides from others when it starts, keyed as in ``--explain``: ``train.old_logprobs =
+    "auto"`` becomes "sampling" or "recompute" (with ``train.tis_cap``'s default cap) by who samples."""
+    update = config.update_config
+    sampler = (
+        "the trainer samples itself"
+        if config.policy.backend == "transformers"
+        else (f"policy.backend {config.policy.backend!r} samples for the trainer")
+    )
+    return {"train.old_logprobs": update.old_logprobs, "train.tis_cap": update.tis_cap, "why": sampler}
 
 
 def _leaves(data: dict, config: Any, prefix: str = "") -> list[tuple[str, Any]]:
