@@ -9,6 +9,7 @@ from spade_rl.rewards import (
     LearningPotential,
     WindowPlay,
     designer_reward,
+    learnability,
     window_designer_reward,
     window_win_rate,
 )
@@ -85,6 +86,9 @@ def test_the_delayed_learning_potential_reads_the_pooled_win_rate():
         ({"lp_gamma_slow": 0.0}, r"lp_gamma_slow and lp_gamma_fast"),
         ({"lp_gamma_fast": 1.5}, r"the reference's 0.85 and 0.98"),
         ({"mode": "micro_lp"}, r"'micro_lp' is not one of .*'solve_rate', 'learning_potential'"),
+        ({"w_learnability": -0.1}, r"w_learnability must be a finite number >= 0, got -0.1"),
+        ({"w_regret": float("inf")}, r"w_regret must be a finite number >= 0"),
+        ({"mode": "learnability", "w_learnability": 0, "w_regret": 0}, r"w_learnability \+ w_regret > 0"),
     ],
 )
 def test_bad_reward_settings_say_what_is_allowed(kwargs, message):
@@ -93,6 +97,46 @@ def test_bad_reward_settings_say_what_is_allowed(kwargs, message):
 
 
 def test_the_modes_and_defaults():
-    assert DESIGNER_MODES == ("blend", "regret", "plateau", "solve_rate", "learning_potential")
+    assert DESIGNER_MODES == (
+        "blend",
+        "regret",
+        "plateau",
+        "solve_rate",
+        "learning_potential",
+        "learnability",
+    )
     config = DesignerRewardConfig()
     assert (config.delay, config.lp_gamma_fast, config.lp_gamma_slow) == (0, 0.98, 0.85)
+
+
+def test_the_learnability_term_is_4_p_1_minus_p():
+    assert learnability(0.5) == 1.0
+    assert learnability(0.0) == learnability(1.0) == 0.0
+    assert learnability(0.125) == pytest.approx(4 * 0.125 * 0.875)  # 0.4375
+    assert learnability(0.25) == pytest.approx(0.75) == learnability(0.75)
+    with pytest.raises(ValueError, match=r"a win rate lies in \[0, 1\], got 1.5"):
+        learnability(1.5)
+
+
+def test_one_win_in_eight_plays_earns_a_learnability_reward_where_the_plateau_gives_nothing():
+    one_in_eight = 1 / 8
+    blend = DesignerRewardConfig(progress_bonus=0.1)
+    learn = DesignerRewardConfig(mode="learnability", progress_bonus=0.1)
+    assert designer_reward(one_in_eight, 0.0, blend) == pytest.approx(0.1)  # validity only
+    # 0.6 * 0.4375 + 0.4 * 0 + 0.1
+    assert designer_reward(one_in_eight, 0.0, learn) == pytest.approx(0.3625)
+    assert designer_reward(one_in_eight, 0.0, learn) > designer_reward(0.0, 0.0, learn) == pytest.approx(0.1)
+    # with regret 0.075 (half the scale): 0.6 * 0.4375 + 0.4 * 0.5 + 0.1
+    assert designer_reward(one_in_eight, 0.075, learn) == pytest.approx(0.5625)
+    # the weights: learnability alone
+    alone = DesignerRewardConfig(mode="learnability", w_learnability=1.0, w_regret=0.0)
+    assert designer_reward(0.5, 1.0, alone) == 1.0
+    assert designer_reward(0.9, 0.0, alone) == pytest.approx(0.36)
+
+
+def test_the_delayed_learnability_reads_the_pooled_win_rate_and_the_regret_at_regeneration():
+    learn = DesignerRewardConfig(mode="learnability", delay=2)
+    # pooled win 0.5 over WINDOW: 0.6 * 1 + 0.4 * clip(0.15 / 0.15)
+    assert window_designer_reward(WINDOW, 0.15, 0.9, learn) == pytest.approx(1.0)
+    one = [WindowPlay(1, 8, 0.125, 0.125)]
+    assert window_designer_reward(one, 0.0, 0.2, learn) == designer_reward(0.125, 0.0, learn)

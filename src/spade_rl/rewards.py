@@ -7,7 +7,9 @@ Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the diffi
 ``plateau(win)`` (1 inside ``[0.4, 0.6]``, falling linearly to 0 over 0.25 on each side); the
 reference blend ``0.6 * plateau(win) + 0.4 * clip(regret / 0.15, 0, 1)``, or pure regret, or the
 pure plateau (``solve_rate``: the reference's name for it), or the learning potential
-``|win - mu_slow(skill)|`` with :class:`LearningPotential`'s per-skill moving averages. Designs that fail
+``|win - mu_slow(skill)|`` with :class:`LearningPotential`'s per-skill moving averages, or (ours, issue 40)
+the learnability blend ``w_learnability * 4 win (1 - win) + w_regret * clip(regret / 0.15, 0, 1)``, whose
+first term is not 0 for a design won once in eight plays (0.44) where the plateau is. Designs that fail
 validation get a fixed penalty (0 when invalid, -0.5 on timeout). Designer advantages are centred within
 their group (one prompt group or one skill). With a delay (``DesignerRewardConfig.delay``, the reference's
 ``--spade-proposer-training-delay``) a design is rewarded from the plays of its delay window:
@@ -27,7 +29,8 @@ from typing import NamedTuple
 
 # "solve_rate" and "learning_potential": the reference's ablations (spade/core/utils/delayed_env_rewards.py,
 # cmd/ablations/train_solve_rate_30b.sh, train_learning_potential_30b.sh).
-DESIGNER_MODES = ("blend", "regret", "plateau", "solve_rate", "learning_potential")
+# "learnability": ours (issue 40), the blend with 4 p (1 - p) in place of the plateau.
+DESIGNER_MODES = ("blend", "regret", "plateau", "solve_rate", "learning_potential", "learnability")
 DESIGNER_SCALES = ("none", "reference")
 
 
@@ -58,11 +61,22 @@ def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 
     return 1.0
 
 
+def learnability(win_rate: float) -> float:
+    """``4 * win * (1 - win)``: the variance of one play's win, scaled so that a design won half the time
+    scores 1. It is 0 only at a win rate of 0 or 1: one win in 8 plays scores 0.4375, one in 4 0.75."""
+    if not 0.0 <= win_rate <= 1.0:
+        raise ValueError(f"a win rate lies in [0, 1], got {win_rate}")
+    return 4.0 * win_rate * (1.0 - win_rate)
+
+
 @dataclass(frozen=True)
 class DesignerRewardConfig:
-    mode: str = "blend"  # blend | regret | plateau | solve_rate | learning_potential
+    mode: str = "blend"  # blend | regret | plateau | solve_rate | learning_potential | learnability
     w_plateau: float = 0.6
     w_regret: float = 0.4
+    # The "learnability" mode's weight on 4 p (1 - p); its regret weight is w_regret (0.6 and 0.4: the
+    # blend's weights, with the learnability term in place of the plateau).
+    w_learnability: float = 0.6
     regret_scale: float = 0.15
     plateau_low: float = 0.4
     plateau_high: float = 0.6
@@ -118,8 +132,15 @@ class DesignerRewardConfig:
             raise ValueError(f"designer reward mode {self.mode!r} is not one of {list(DESIGNER_MODES)}")
         if self.regret_scale <= 0:
             raise ValueError(f"regret_scale must be positive, got {self.regret_scale}")
-        if self.w_plateau < 0 or self.w_regret < 0 or self.progress_bonus < 0:
-            raise ValueError("w_plateau, w_regret and progress_bonus must not be negative")
+        for name in ("w_plateau", "w_regret", "w_learnability", "progress_bonus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f"designer reward {name} must be a finite number >= 0, got {value!r}")
+        if self.mode == "learnability" and self.w_learnability + self.w_regret <= 0:
+            raise ValueError(
+                "designer reward mode 'learnability' needs w_learnability + w_regret > 0 (both are 0: every "
+                "valid design would earn the same)"
+            )
         plateau(0.5, self.plateau_low, self.plateau_high, self.plateau_ramp)  # validates the plateau
 
 
@@ -135,6 +156,8 @@ def designer_reward(
     - ``regret``: ``regret``;
     - ``plateau`` and ``solve_rate``: ``plateau(win)`` (the reference's solve-rate ablation is its blend with
       plateau weight 1 and regret weight 0: cmd/ablations/train_solve_rate_30b.sh);
+    - ``learnability``: ``w_learnability * 4 win (1 - win) + w_regret * clip(regret / regret_scale, 0, 1)``
+      (:func:`learnability`; ours: not 0 for a design the agent wins rarely, where the plateau is);
     - ``learning_potential``: ``|win - baseline|``, the baseline being the skill's slow moving average
       (:attr:`LearningPotential.baseline`; spade/core/utils/delayed_env_rewards.py,
       recompute_delayed_env_rewards).
@@ -147,6 +170,12 @@ def designer_reward(
         return on_plateau + config.progress_bonus
     if config.mode == "learning_potential":
         return abs(win_rate - baseline) + config.progress_bonus
+    if config.mode == "learnability":
+        return (
+            config.w_learnability * learnability(win_rate)
+            + config.w_regret * scaled_regret
+            + config.progress_bonus
+        )
     return config.w_plateau * on_plateau + config.w_regret * scaled_regret + config.progress_bonus
 
 
@@ -183,7 +212,8 @@ def window_designer_reward(
     (:func:`window_win_rate`). Then :func:`designer_reward` with
 
     - ``blend``: the plateau of the pooled win rate and the regret at regeneration (matched timing: both
-      arms played by the same weights; recompute_delayed_env_rewards_blend);
+      arms played by the same weights; recompute_delayed_env_rewards_blend); ``learnability`` the same,
+      with 4 p (1 - p) of the pooled win rate in place of the plateau;
     - ``regret``: ``max(0, hint_return - mean no-hint return pooled over the window)``
       (recompute_delayed_env_rewards_regret); over a window of one play, that play's regret;
     - ``plateau`` / ``solve_rate`` / ``learning_potential``: the pooled win rate.
