@@ -33,7 +33,7 @@ Sections, each printing ``NAME  ok/FAIL/SKIP/info  measured value  (threshold)``
 5. vLLM (only where ``import vllm`` works, else SKIP): the in-process engine's tokens per second at the
    largest batch, reported beside ours.
 
-A time guard skips what would not fit in ``--budget-s`` (default 330 s, a FAIL: the check did not finish)
+A time guard skips what would not fit in ``--budget-s`` (default 320 s, a FAIL: the check did not finish)
 and a watchdog ends the process with the summary so far if a section overruns. In the rehearsal the
 GPU-only thresholds (speed, memory) are printed as "rehearsal: not judged": the code still runs. Exit status:
 0 everything judged passed, 1 a failure, 2 no CUDA GPU (and no --cpu-rehearsal).
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -85,7 +86,7 @@ class Budget:
     """The check's seconds: what is left, and a watchdog that prints the summary and exits if a section
     overruns the whole budget by more than ``grace`` seconds."""
 
-    def __init__(self, seconds: float, report: Report, grace: float = 25.0) -> None:
+    def __init__(self, seconds: float, report: Report, grace: float = 20.0) -> None:
         self.seconds, self.started, self.report = seconds, time.monotonic(), report
         self.section = "start"
         self._timer = threading.Timer(seconds + grace, self._overrun)
@@ -485,6 +486,7 @@ def check_run(setup: Setup) -> None:
     # The run is its own process: this one's model, optimiser state and caches go first.
     setup.policy = setup.learner = setup.model = None
     setup.samples = []
+    gc.collect()
     if setup.device.startswith("cuda"):
         torch.cuda.empty_cache()
     run_dir, log = setup.out / "run", setup.out / "run.log"
@@ -615,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--new-tokens", type=int, default=None, help="tokens per row (default 128; rehearsal 16)"
     )
-    parser.add_argument("--budget-s", type=float, default=330.0, help="the whole check's seconds")
+    parser.add_argument("--budget-s", type=float, default=320.0, help="the whole check's seconds")
     parser.add_argument("--out", default=None, help="where the model folder, the run and its log go")
     parser.add_argument("--no-run", action="store_true", help="leave out the spade-rl run iteration")
     args = parser.parse_args(argv)
