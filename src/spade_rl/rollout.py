@@ -64,6 +64,14 @@ SYSTEM_PROMPTS = {
 STOP_REASONS = ("terminated", "truncated", "max_turns", "context", "env_error")
 
 
+def invalid_action(info: dict) -> bool:
+    """Whether a step's ``info`` says the action was invalid: ``info["status"] == "invalid"`` (the reference
+    games) or ``info["invalid_action"] is True``. Optional: an environment that says neither is read as
+    accepting every action (its illegal-action rate is 0)."""
+    status = info.get("status")
+    return (type(status) is str and status == "invalid") or info.get("invalid_action") is True
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     max_turns: int = 25
@@ -149,6 +157,9 @@ class Turn:
     truncated: bool
     finish_reason: str  # the generation's: stop, stop_string, length
     text: str = ""  # the model's whole text (action prefix and thinking included); "" when it is the action
+    # The environment said the action was invalid (illegal or unreadable): its step's info held
+    # "status": "invalid" (the reference games' convention) or "invalid_action": True (INVALID_INFO).
+    invalid: bool = False
 
 
 @dataclass
@@ -432,7 +443,16 @@ def _record_step(
     observation = _cut(step.observation, config.max_observation_chars)
     whole = text if text != action else ""
     episode.turns.append(
-        Turn(action, observation, step.reward, step.terminated, step.truncated, finish_reason, whole)
+        Turn(
+            action,
+            observation,
+            step.reward,
+            step.terminated,
+            step.truncated,
+            finish_reason,
+            whole,
+            invalid_action(step.info),
+        )
     )
     if step.terminated or step.truncated:
         episode.stop_reason = "terminated" if step.terminated else "truncated"

@@ -8,6 +8,11 @@ A win is the rollout's (``Episode.won``: terminated with a final reward of 1); r
 module's (mean hint return minus mean no-hint return, floored at 0). The frontier is the archive's
 range of no-hint win rates (``archive.frontier_low`` .. ``frontier_high``) that counts an environment as
 learnable; ``frontier_fraction`` is the share of an iteration's environments inside it.
+
+The agent's format (:func:`format_counts`): a turn is **malformed** when its action holds no closed answer
+(:func:`malformed_action`: no ``\\boxed{...}`` and no ``<answer>...</answer>``; in the tool-use setting a
+``<tool_call>...</tool_call>`` counts too), and **illegal** when the environment said the action was invalid
+(``Turn.invalid``: :func:`spade_rl.rollout.invalid_action`).
 """
 
 from __future__ import annotations
@@ -94,3 +99,60 @@ def iteration_means(stats: Sequence[PlayStats], frontier: tuple[float, float]) -
         mean_turns=sum(s.mean_turns for s in stats) / n,
         frontier_fraction=sum(low <= s.win_rate_nohint <= high for s in stats) / n,
     )
+
+
+def _closed(action: str, opening: str, closing: str) -> bool:
+    start = action.find(opening)
+    return start >= 0 and action.find(closing, start + len(opening)) >= 0
+
+
+def malformed_action(action: str, setting: str = "games") -> bool:
+    """Whether a turn's action holds no closed answer: ``\\boxed{`` with a ``}`` after it, or ``<answer>``
+    with ``</answer>`` after it (and in the ``tool_use`` setting ``<tool_call>`` with ``</tool_call>``)."""
+    if _closed(action, "\\boxed{", "}") or _closed(action, "<answer>", "</answer>"):
+        return False
+    return not (setting == "tool_use" and _closed(action, "<tool_call>", "</tool_call>"))
+
+
+@dataclass(frozen=True)
+class FormatCounts:
+    """The agent's turns and how many were malformed or illegal (see the module docstring)."""
+
+    turns: int = 0
+    malformed: int = 0
+    illegal: int = 0
+
+    def __add__(self, other: FormatCounts) -> FormatCounts:
+        return FormatCounts(
+            self.turns + other.turns, self.malformed + other.malformed, self.illegal + other.illegal
+        )
+
+    @property
+    def malformed_rate(self) -> float | None:
+        return self.malformed / self.turns if self.turns else None
+
+    @property
+    def illegal_rate(self) -> float | None:
+        return self.illegal / self.turns if self.turns else None
+
+
+def format_counts(episodes: Sequence[Episode]) -> FormatCounts:
+    """The turns of ``episodes``, malformed and illegal ones counted."""
+    total = FormatCounts()
+    for e in episodes:
+        setting = e.spec.setting
+        total += FormatCounts(
+            len(e.turns),
+            sum(malformed_action(t.action, setting) for t in e.turns),
+            sum(t.invalid for t in e.turns),
+        )
+    return total
+
+
+def bad_turn_share(episode: Episode) -> float:
+    """The share of an episode's turns that were malformed or illegal (0 for an episode without turns)."""
+    if not episode.turns:
+        return 0.0
+    setting = episode.spec.setting
+    bad = sum(t.invalid or malformed_action(t.action, setting) for t in episode.turns)
+    return bad / len(episode.turns)

@@ -5,13 +5,15 @@ Pure functions over plain values; the archive feeds them rows and turns their ch
 - :func:`frontier_closeness`: 1 at the middle of the frontier, 0 at its edges and outside;
 - :func:`pool_weight`: ``floor + (1 - mix) * closeness + mix * clip(regret, 0, 1)``;
 - :func:`weighted_sample`: k distinct items, each draw proportional to weight among those left;
+- :func:`draw_pool`: the training pool's draw from its weights, some environments left out;
+- :func:`retired`: designed environments that many plays never won (``loop.retire_after_plays``);
 - :func:`pick_memory`: SPADE step 1, positives from the frontier and negatives from outside it.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -74,6 +76,40 @@ def weighted_sample(items: Sequence[T], weights: Sequence[float], k: int, rng: r
         chosen.append(left.pop(index))
         left_w.pop(index)
     return chosen
+
+
+def draw_pool(
+    weights: dict[int, float],
+    n: int,
+    rng: random.Random,
+    *,
+    replace: bool = False,
+    exclude: Collection[int] = (),
+) -> list[int]:
+    """``n`` ids of ``weights`` (id -> pool weight) drawn by weight, the ids in ``exclude`` left out:
+    independent draws with ``replace`` (``rng.choices``), else distinct ones (:func:`weighted_sample`, at
+    most all of them). Nothing to draw from: ``[]``. With nothing excluded this is ``Archive.sample_pool``'s
+    draw, with the same ``rng`` calls."""
+    ids = [env_id for env_id in weights if env_id not in exclude]
+    if not ids or n <= 0:
+        return []
+    w = [weights[env_id] for env_id in ids]
+    return rng.choices(ids, w, k=n) if replace else weighted_sample(ids, w, n, rng)
+
+
+def retired(plays: dict[int, Sequence[tuple[int, float]]], after_plays: int) -> set[int]:
+    """The environments whose recorded no-hint plays (per environment, ``(episodes, win rate)`` of each
+    recorded iteration) add up to at least ``after_plays`` episodes without a single win. ``after_plays``
+    0: none. An iteration's wins are ``round(episodes * win_rate)``."""
+    if after_plays <= 0:
+        return set()
+    out = set()
+    for env_id, rows in plays.items():
+        episodes = sum(n for n, _ in rows)
+        wins = sum(round(n * rate) for n, rate in rows)
+        if episodes >= after_plays and wins == 0:
+            out.add(env_id)
+    return out
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,30 @@ class RunConfig:
                 f"loop.plays_per_env ({loop.plays_per_env}) and loop.designs_per_iteration "
                 f"({loop.designs_per_iteration})"
             )
+        if loop.probe_plays > group:
+            raise ConfigError(
+                f"loop.probe_plays ({loop.probe_plays}) plays a probe group of a new design: at most "
+                f"train.group_size ({group})"
+            )
+        designs = self.designer.source != "none"
+        for name in ("probe_plays", "retire_after_plays"):
+            if getattr(loop, name) and not designs:
+                raise ConfigError(
+                    f"loop.{name} = {getattr(loop, name)} acts on designed environments, but designer.source "
+                    "is 'none' (nothing is designed): leave it at 0"
+                )
+        if loop.probe_plays and self.rewards.delay > 0:
+            raise ConfigError(
+                f"loop.probe_plays = {loop.probe_plays} probes each new design in its own iteration, but "
+                f"rewards.delay = {self.rewards.delay} plays a design phase's designs first in every "
+                "iteration of its window: use one of them (set loop.probe_plays = 0 or rewards.delay = 0)"
+            )
+        if designs and loop.pool_groups >= loop.envs_per_iteration and not loop.probe_plays:
+            raise ConfigError(
+                f"loop.pool_share = {loop.pool_share} keeps every group of an iteration on the pool's older "
+                "entries: a new design would never be played in its iteration, and its designer never "
+                "rewarded; lower it, or probe new designs (loop.probe_plays > 0)"
+            )
         frozen = self.designer.policy
         if frozen is not None and frozen.backend == "servers" and frozen.servers.weight_sync != "none":
             raise ConfigError(
@@ -222,7 +246,9 @@ class RunConfig:
         designer_blocks *= phases
         if not self.designer.trains:
             designer_blocks = 0  # no designer sample reaches the update
-        blocks = -(-(loop.envs_per_iteration + designer_blocks) // processes)
+        # With a probe, each new design (at most designs_per_iteration) adds a group of loop.probe_plays.
+        probe_blocks = loop.designs_per_iteration if loop.probe_plays else 0
+        blocks = -(-(loop.envs_per_iteration + probe_blocks + designer_blocks) // processes)
         if loop.groups_per_step:
             # Cut into steps of at most groups_per_step groups (SelfPlay._update); a step dealt to processes.
             blocks = min(blocks, -(-loop.groups_per_step // processes))
@@ -246,7 +272,8 @@ class RunConfig:
         )
         raise ConfigError(
             f"{holds}an iteration can bring {group * blocks} to each of {processes} process(es) (blocks of "
-            f"group_size={group} for {loop.envs_per_iteration} environments and {designer_blocks} designer "
+            f"group_size={group} for {loop.envs_per_iteration} environments, {probe_blocks} probe(s) and "
+            f"{designer_blocks} designer "
             f"group(s){delayed}): raise the batch or accumulation, or play fewer environments"
         )
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from spade_rl.archive import Archive
 from spade_rl.archive.jsonl import read_valid_envs
+from spade_rl.archive.sampling import retired
 from spade_rl.design.validate import ValidationReport, ValidationSettings
 from spade_rl.envs import reference
 from spade_rl.envs.external.reasoning_gym_source import reasoning_gym_env_source
@@ -254,3 +255,19 @@ def seed_pool(
     if entries:
         added += add_entries(archive, executor, entries, settings)
     return added
+
+
+def retired_designs(archive: Archive, after_plays: int) -> set[int]:
+    """The valid designed environments (origin "designer") that ``loop.retire_after_plays`` takes out of
+    the pool sampler: at least ``after_plays`` no-hint plays recorded in the archive, none won
+    (:func:`spade_rl.archive.sampling.retired`). 0: none. Read from the archive alone, so a resumed run
+    (whose archive forgot the discarded iterations) retires the same ones."""
+    if after_plays <= 0:
+        return set()
+    plays = {
+        env_id: [
+            (row.stats.episodes_nohint, row.stats.win_rate_nohint) for row in archive.stats_history(env_id)
+        ]
+        for env_id in archive.ids(valid=True, origin="designer")
+    }
+    return retired(plays, after_plays)

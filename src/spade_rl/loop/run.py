@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spade_rl.archive import Archive
+from spade_rl.archive.sampling import draw_pool
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
 from spade_rl.envs.external import external_sandbox_config
@@ -54,10 +55,21 @@ from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
 from spade_rl.loop.distributed import Processes
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
-from spade_rl.loop.pool import seed_pool
+from spade_rl.loop.pool import retired_designs, seed_pool
 from spade_rl.loop.probe import make_probe
 from spade_rl.loop.rundir import RunDirectory
-from spade_rl.loop.stages import Design, PlayedEnv, PlayTag, TrainingBatch, UpdateResult, iteration_metrics
+from spade_rl.loop.stages import (
+    DESIGNED_FAMILY,
+    Design,
+    PlayedEnv,
+    PlayTag,
+    TrainingBatch,
+    UpdateResult,
+    curriculum_metrics,
+    format_metrics,
+    iteration_metrics,
+    merged_played,
+)
 from spade_rl.loop.warmup import warm_up
 from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
@@ -65,7 +77,7 @@ from spade_rl.policy.thinking import thinking_flag
 from spade_rl.rewards import centred_advantages, designer_scale, zscore_advantages
 from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
-from spade_rl.stats import play_stats
+from spade_rl.stats import bad_turn_share, play_stats
 from spade_rl.train import sample_from_episode, sample_from_generation
 from spade_rl.train.samples import split_groups
 
@@ -162,9 +174,11 @@ class SelfPlay:
                     designer, self.corpus, self.archive, self.executor, cfg.design_phase, rng, i
                 )
 
-        # 4. play K without and K with the hint
+        # 4. play K without and K with the hint (new designs probed first with loop.probe_plays; designs
+        # that loop.retire_after_plays retired are not drawn)
+        retired = retired_designs(self.archive, cfg.loop.retire_after_plays)
         with phase("play"):
-            played = self._play(self._choose_envs(designs, rng, self.designer_rewards.to_play(i)), rng, i)
+            played, play_counts = self._play_iteration(designs, rng, i, retired)
 
         # 5. rewards and advantages; 7. statistics into the archive (an environment played as several
         # groups, loop.pool_replace, adds them up; a resumed iteration's partial rows were discarded)
@@ -185,8 +199,15 @@ class SelfPlay:
         metrics = {
             "iteration": i,
             **iteration_metrics(designs, played, batch, update, frontier),
+            **curriculum_metrics(designs, played, frontier),
+            **play_counts,
+            **format_metrics(played),
             **phase.metrics,
         }
+        if cfg.loop.retire_after_plays:
+            now_retired = retired_designs(self.archive, cfg.loop.retire_after_plays)
+            metrics["pool/retired"] = float(len(now_retired - retired))  # retired by this iteration's play
+            metrics["pool/retired_total"] = float(len(now_retired))
         executor_after = self.executor.stats
         metrics["sandbox/timeouts"] = executor_after["timeouts"] - executor_before["timeouts"]
         metrics["guard/flagged"] = float(len(flags))  # environments the play-time guard took out of the pool
@@ -209,20 +230,72 @@ class SelfPlay:
         if self.config.train.offload_optimizer:
             self.learner.park_optimizer_state(self.files.parked_optimizer_path)
 
-    def _choose_envs(self, designs: list[Design], rng: random.Random, held: list[int] = ()) -> list[int]:
-        """New valid designs first, then those ``held`` for a delayed reward in their window (the reference
-        plays a window's environments in every rollout of it), then the frontier-weighted pool, up to
-        ``envs_per_iteration``."""
+    def _play_iteration(
+        self, designs: list[Design], rng: random.Random, iteration: int, retired: set[int]
+    ) -> tuple[list[PlayedEnv], dict[str, float]]:
+        """The iteration's play: with ``loop.probe_plays`` a probe group of each new valid design first (a
+        rollout of its own), then full groups for the designs whose probe won at least ``probe_min_wins``,
+        those held for a delayed reward and the pool (:meth:`_choose_envs`). Returns the groups and their
+        counts (``probe/*``, ``pool/groups``: groups drawn from the pool's older entries)."""
+        loop = self.config.loop
+        held = self.designer_rewards.to_play(iteration)
+        new = list(dict.fromkeys(d.env_id for d in designs if d.valid))
+        probed: list[PlayedEnv] = []
+        promoted = None
+        if loop.probe_plays and new:
+            probed = self._play(new, rng, iteration, probe=True)
+            promoted = [p.env_id for p in probed if sum(e.won for e in p.nohint) >= loop.probe_min_wins]
+        chosen = self._choose_envs(designs, rng, held, promoted=promoted, retired=retired)
+        older = sum(env_id not in {*new, *held} for env_id in chosen)
+        counts: dict[str, float] = {"pool/groups": float(older)}
+        if loop.probe_plays:
+            counts["probe/designs"] = float(len(probed))
+            counts["probe/promoted"] = float(len(promoted or []))
+        return probed + self._play(chosen, rng, iteration), counts
+
+    def _choose_envs(
+        self,
+        designs: list[Design],
+        rng: random.Random,
+        held: list[int] = (),
+        *,
+        promoted: list[int] | None = None,
+        retired: set[int] = frozenset(),
+    ) -> list[int]:
+        """New valid designs first (with a probe, ``promoted``: those whose probe passed), then those
+        ``held`` for a delayed reward in their window (the reference plays a window's environments in every
+        rollout of it), then the frontier-weighted pool, up to ``envs_per_iteration``. ``loop.pool_share``
+        keeps the last ``loop.pool_groups`` slots for the pool's older entries (not this iteration's designs,
+        nor held ones); ``retired`` environments are never drawn. Where the pool has nothing left to draw,
+        the designs fill the slots left."""
         loop = self.config.loop
         wanted = loop.envs_per_iteration
-        chosen = list(dict.fromkeys([*(d.env_id for d in designs if d.valid), *held]))[:wanted]
+        new = [d.env_id for d in designs if d.valid]
+        first = list(dict.fromkeys([*(new if promoted is None else promoted), *held]))
+        chosen = first[: wanted - loop.pool_groups]
         if len(chosen) < wanted:
             setting = self.config.design.setting
-            if loop.pool_replace:  # each draw independent: an environment can fill several slots
-                chosen += self.archive.sample_pool(wanted - len(chosen), rng, setting=setting, replace=True)
+            # With a share kept for the pool or a probe, this iteration's designs are not drawn again from
+            # the pool (a design whose probe failed takes no full group); retired ones never are.
+            exclude = set(retired)
+            if loop.pool_share or promoted is not None:
+                exclude |= {*new, *held}
+            if not exclude:  # the archive's own draw
+                if loop.pool_replace:  # each draw independent: an environment can fill several slots
+                    more = wanted - len(chosen)
+                    chosen += self.archive.sample_pool(more, rng, setting=setting, replace=True)
+                else:
+                    pool = self.archive.sample_pool(wanted, rng, setting=setting)
+                    chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
             else:
-                pool = self.archive.sample_pool(wanted, rng, setting=setting)
-                chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
+                weights = self.archive.pool_weights(setting=setting)
+                if loop.pool_replace:
+                    chosen += draw_pool(weights, wanted - len(chosen), rng, replace=True, exclude=exclude)
+                else:
+                    pool = draw_pool(weights, wanted, rng, exclude=exclude)
+                    chosen += [env_id for env_id in pool if env_id not in chosen][: wanted - len(chosen)]
+                # nothing left in the pool: the designs (and held ones) that the share kept out
+                chosen += [env_id for env_id in first if env_id not in chosen][: wanted - len(chosen)]
         return chosen
 
     def _probe(self, iteration: int) -> Callable[[int], tuple[int, int]]:
@@ -232,11 +305,20 @@ class SelfPlay:
         validation, timeout_s = self.config.design_phase.validation, self.config.rollout.call_timeout_s
         return make_probe(self.executor, self.archive, rng, validation, timeout_s)
 
-    def _play(self, env_ids: list[int], rng: random.Random, iteration: int) -> list[PlayedEnv]:
+    def _play(
+        self, env_ids: list[int], rng: random.Random, iteration: int, *, probe: bool = False
+    ) -> list[PlayedEnv]:
         """One group per entry of ``env_ids`` (an id may come more than once: one slot each): K episodes
-        without the hint and ``loop.hint_plays`` with it, all in one batched rollout."""
+        without the hint and ``loop.hint_plays`` with it (none where the environment has no hint, or with
+        ``loop.hint_plays_for = "designs"`` where it is not designed), all in one batched rollout. ``probe``:
+        the groups of new designs' probes (``loop.probe_plays`` and ``probe_hint_plays``). A designed
+        environment's plays share a seed as ``loop.design_group_seeds`` says, any other's as
+        ``loop.group_seeds``."""
         loop = self.config.loop
-        plays = {False: loop.plays_per_env, True: loop.hint_plays}
+        if probe:
+            plays = {False: loop.probe_plays, True: loop.probe_hint_plays}
+        else:
+            plays = {False: loop.plays_per_env, True: loop.hint_plays}
         records = [self.archive.get(env_id) for env_id in dict.fromkeys(env_ids)]
         by_id = {r.env_id: r for r in records}
         max_turns = self.config.design_phase.validation.max_turns
@@ -245,9 +327,11 @@ class SelfPlay:
         specs = []
         for slot in slots:
             r = by_id[slot.env_id]
-            shared = rng.randrange(2**31) if loop.group_seeds == "shared" else None
+            designed = r.origin == "designer"
+            shared = rng.randrange(2**31) if loop.seeds_shared(designed) else None
+            hinted = bool(r.hint.strip()) and (loop.hint_plays_for == "all" or designed)
             for use_hint in (False, True):
-                for _ in range(plays[use_hint]):
+                for _ in range(plays[use_hint] if hinted or not use_hint else 0):
                     specs.append(
                         EpisodeSpec(
                             r.source,
@@ -266,7 +350,9 @@ class SelfPlay:
         for slot in slots:
             nohint = [e for e in episodes if e.spec.tag == slot]
             hint = [e for e in episodes if e.spec.tag == slot._replace(use_hint=True)]
-            played.append(PlayedEnv(slot.env_id, nohint, hint, play_stats(nohint, hint)))
+            r = by_id[slot.env_id]
+            family = DESIGNED_FAMILY if r.origin == "designer" else r.skill
+            played.append(PlayedEnv(slot.env_id, nohint, hint, play_stats(nohint, hint), probe, family))
         return played
 
     def _batch(
@@ -282,9 +368,11 @@ class SelfPlay:
         group, numbered after the agent's groups."""
         cfg = self.config
         drop = cfg.loop.drop_zero_signal_groups
+        penalty = cfg.loop.format_penalty
         batch = TrainingBatch(designer_trains=cfg.designer.trains)
         for group, env in enumerate(played):
-            advantages = zscore_advantages([e.return_ for e in env.nohint])
+            returns = [e.return_ - penalty * bad_turn_share(e) if penalty else e.return_ for e in env.nohint]
+            advantages = zscore_advantages(returns)
             batch.agent_groups += 1
             batch.agent_zero_signal += not advantages.has_signal
             if not advantages.has_signal and drop:
@@ -295,7 +383,8 @@ class SelfPlay:
         rewards_config = cfg.rewards
         if rewards is None:  # nothing held from earlier iterations (a batch computed on its own)
             rewards = DesignerRewards(rewards_config, cfg.loop.regenerate_every, cfg.design.invalid)
-        due = rewards.step(designs, played, iteration, last=iteration == cfg.loop.iterations)
+        # one entry per environment: a design's probe and full group (or several pool draws) together
+        due = rewards.step(designs, merged_played(played), iteration, last=iteration == cfg.loop.iterations)
         if rewards_config.delay > 0:
             batch.designer_held, batch.designer_rewarded = len(rewards.held), len(due)
         batch.designer_metrics = rewards.metrics()

@@ -7,6 +7,7 @@ value it cannot use with the key and what is allowed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from spade_rl.policy import PolicyConfig
 
 DESIGNER_GROUPS = ("iteration", "skill")
 GROUP_SEEDS = ("distinct", "shared")
+HINT_PLAYS_FOR = ("all", "designs")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,34 @@ class LoopConfig:
     # environment in one iteration (with and without the hint) share one seed, so that a GRPO group
     # compares actions on one instance (same prompt) and regret pairs the two arms on it.
     group_seeds: str = "distinct"
+    # The same choice for the groups of designed environments (origin "designer"); None: group_seeds. A
+    # designed game played 8 times at one shared seed is one instance: one win in 8 is that instance's
+    # answer, not a rate. "distinct" makes its 8 plays 8 instances; GRPO then compares the actions of one
+    # game over instances (the advantage is still the return against the group's mean).
+    design_group_seeds: str | None = None
+    # At least this share of envs_per_iteration (rounded up) is drawn from the pool's older entries: not
+    # this iteration's designs, nor those held for a delayed reward. 0: new designs may take every group.
+    pool_share: float = 0.0
+    # A new valid design is first played probe_plays times without the hint (and as many, at most
+    # hint_plays_per_env, with it where it has a hint), in a rollout of its own; only the designs whose
+    # probe won at least probe_min_wins of its no-hint plays then take full groups in the same iteration.
+    # The probe's episodes are a (small) training group of their own. 0: no probe, every new design takes
+    # a full group.
+    probe_plays: int = 0
+    probe_min_wins: int = 1
+    # A designed environment whose recorded no-hint plays reach retire_after_plays without a single win
+    # leaves the pool sampler (it stays in the archive and the designer's memory, as a too-hard example).
+    # 0: never retires. Read from the archive's statistics, so that a resumed run retires the same ones.
+    retire_after_plays: int = 0
+    # Which environments play episodes with the hint: "all" (every one with a non-empty hint) or
+    # "designs" (only designed ones: the pool's reference and imported games then play none, and their
+    # pool weight comes from their win rate alone, as their regret is recorded as 0). An environment
+    # without a hint never plays hint episodes.
+    hint_plays_for: str = "all"
+    # The agent's training return of an episode, minus format_penalty times the share of its turns that
+    # were malformed (no closed \boxed{}) or illegal (the environment said the action was invalid), before
+    # the z-score (the win statistics keep the environment's return). 0: off.
+    format_penalty: float = 0.0
     # Draw the pool's environments with replacement: an environment can be played as several groups in
     # one iteration (each with its own seed), so envs_per_iteration can exceed the pool's size.
     pool_replace: bool = False
@@ -52,6 +82,23 @@ class LoopConfig:
     def hint_plays(self) -> int:
         """Episodes with the hint per environment (``hint_plays_per_env``, else ``plays_per_env``)."""
         return self.plays_per_env if self.hint_plays_per_env is None else self.hint_plays_per_env
+
+    @property
+    def probe_hint_plays(self) -> int:
+        """Episodes with the hint in a new design's probe: as many as without, at most ``hint_plays``."""
+        return min(self.probe_plays, self.hint_plays)
+
+    @property
+    def pool_groups(self) -> int:
+        """The least number of an iteration's groups drawn from the pool's older entries (pool_share)."""
+        return math.ceil(self.pool_share * self.envs_per_iteration - 1e-9)
+
+    def seeds_shared(self, designed: bool) -> bool:
+        """Whether the plays of one group of a (designed or other) environment share one seed."""
+        mode = self.group_seeds
+        if designed and self.design_group_seeds is not None:
+            mode = self.design_group_seeds
+        return mode == "shared"
 
     def __post_init__(self) -> None:
         for name in (
@@ -73,6 +120,34 @@ class LoopConfig:
             )
         if self.group_seeds not in GROUP_SEEDS:
             raise ConfigError(f"loop.group_seeds {self.group_seeds!r}; allowed: {list(GROUP_SEEDS)}")
+        if self.design_group_seeds is not None and self.design_group_seeds not in GROUP_SEEDS:
+            raise ConfigError(
+                f"loop.design_group_seeds {self.design_group_seeds!r}; allowed: {list(GROUP_SEEDS)}, or "
+                "left out (as loop.group_seeds)"
+            )
+        if not _number(self.pool_share) or not 0.0 <= self.pool_share <= 1.0:
+            raise ConfigError(
+                "loop.pool_share must be a number in [0, 1] (the least share of an iteration's groups drawn "
+                f"from the pool's older entries), got {self.pool_share!r}"
+            )
+        for name in ("probe_plays", "retire_after_plays"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ConfigError(f"loop.{name} must be an integer >= 0 (0: off), got {value!r}")
+        if self.probe_plays and (
+            type(self.probe_min_wins) is not int or not 1 <= self.probe_min_wins <= self.probe_plays
+        ):
+            raise ConfigError(
+                f"loop.probe_min_wins must be an integer from 1 to loop.probe_plays ({self.probe_plays}), "
+                f"got {self.probe_min_wins!r}"
+            )
+        if self.hint_plays_for not in HINT_PLAYS_FOR:
+            raise ConfigError(f"loop.hint_plays_for {self.hint_plays_for!r}; allowed: {list(HINT_PLAYS_FOR)}")
+        if not _number(self.format_penalty) or not 0.0 <= self.format_penalty <= 1.0:
+            raise ConfigError(
+                "loop.format_penalty must be a number in [0, 1] (subtracted from a return of at most 1, "
+                f"times the share of bad turns; 0: off), got {self.format_penalty!r}"
+            )
         if self.groups_per_step < 0:
             raise ConfigError(
                 "loop.groups_per_step must be 0 (all of an iteration's groups in one optimiser step) or a "
@@ -86,6 +161,10 @@ class LoopConfig:
             raise ConfigError(
                 f"loop.designer_group_by {self.designer_group_by!r}; allowed: {list(DESIGNER_GROUPS)}"
             )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 DESIGNER_SOURCES = ("policy", "frozen", "none")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spade_rl.archive.records import PlayStats, merge_stats
-from spade_rl.stats import iteration_means
+from spade_rl.stats import FormatCounts, format_counts, iteration_means
 
 if TYPE_CHECKING:
     from spade_rl.design.parse import Parsed
@@ -107,12 +107,40 @@ class PlayTag(NamedTuple):
 
 @dataclass
 class PlayedEnv:
-    """One environment's play in one iteration: K episodes without the hint, K with it."""
+    """One group of an environment's play in one iteration: K episodes without the hint, K with it (none
+    where it has no hint); ``probe``: a new design's probe (loop.probe_plays); ``family``: the game family its
+    format metrics are counted under (a reference or imported game's skill, "designed" for a design)."""
 
     env_id: int
     nohint: list[Episode]
     hint: list[Episode]
     stats: PlayStats
+    probe: bool = False
+    family: str = ""
+
+
+DESIGNED_FAMILY = "designed"  # the format metrics' family of every designed environment
+
+
+def merged_played(played: list[PlayedEnv]) -> list[PlayedEnv]:
+    """One entry per environment, in order of first play: the groups of one environment (a probe and a full
+    group, or several pool draws) with their episodes joined and their statistics merged as the archive
+    merges them; an environment played once is its own entry."""
+    by_env: dict[int, list[PlayedEnv]] = {}
+    for p in played:
+        by_env.setdefault(p.env_id, []).append(p)
+    out = []
+    for groups in by_env.values():
+        if len(groups) == 1:
+            out.append(groups[0])
+            continue
+        stats = groups[0].stats
+        for g in groups[1:]:
+            stats = merge_stats(stats, g.stats)
+        nohint = [e for g in groups for e in g.nohint]
+        hint = [e for g in groups for e in g.hint]
+        out.append(PlayedEnv(groups[0].env_id, nohint, hint, stats, family=groups[0].family))
+    return out
 
 
 @dataclass
@@ -215,4 +243,43 @@ def iteration_metrics(
         metrics["train/skipped"] = 1.0
     else:
         metrics.update(update.metrics)
+    return metrics
+
+
+def curriculum_metrics(
+    designs: list[Design], played: list[PlayedEnv], frontier: tuple[float, float]
+) -> dict[str, Any]:
+    """How the iteration's new valid designs played (their groups taken together, probe included):
+    ``designer/new_played`` (how many were played), ``designer/new_win_rate`` (the mean of their no-hint win
+    rates) and ``designer/band_fraction`` (the share of them whose no-hint win rate lies in the frontier
+    [low, high], inclusive); both None when no new design was played."""
+    low, high = frontier
+    new = {d.env_id for d in designs if d.valid}
+    rates = [p.stats.win_rate_nohint for p in merged_played(played) if p.env_id in new]
+    return {
+        "designer/new_played": len(rates),
+        "designer/new_win_rate": sum(rates) / len(rates) if rates else None,
+        "designer/band_fraction": sum(low <= r <= high for r in rates) / len(rates) if rates else None,
+    }
+
+
+def format_metrics(played: list[PlayedEnv]) -> dict[str, float]:
+    """The agent's malformed- and illegal-action rates over the iteration's turns (no-hint and hint episodes,
+    :func:`spade_rl.stats.format_counts`): ``format/malformed`` and ``format/illegal`` over all of them, and
+    ``format/<family>/malformed`` / ``illegal`` per game family (``PlayedEnv.family``); none without turns."""
+    by_family: dict[str, FormatCounts] = {}
+    for p in played:
+        counts = format_counts([*p.nohint, *p.hint])
+        family = p.family or "unknown"
+        by_family[family] = by_family.get(family, FormatCounts()) + counts
+    metrics: dict[str, float] = {}
+    total = FormatCounts()
+    for family, counts in sorted(by_family.items()):
+        total += counts
+        if counts.turns:
+            metrics[f"format/{family}/malformed"] = counts.malformed_rate
+            metrics[f"format/{family}/illegal"] = counts.illegal_rate
+    if total.turns:
+        metrics["format/malformed"] = total.malformed_rate
+        metrics["format/illegal"] = total.illegal_rate
     return metrics
