@@ -272,7 +272,10 @@ TURNS = PARITY.replace(
 @pytest.mark.slow
 def test_played_environments_get_the_constructor_arguments_they_were_validated_with(tmp_path):
     """Validation gives max_turns (the run's turn limit) and the pool's extra arguments; every play
-    of the environment, in the loop and after a resume, gets exactly those (not its defaults)."""
+    of the environment, in the loop and after a resume, gets exactly those (not its defaults).
+    Issue 40's agent-side options run here too: the new designs are probed (2 plays each, at distinct
+    instances) before any full group, half of the groups stay on the pool, a design never won in its 2
+    probe plays retires, and the line holds the curriculum and format metrics."""
     assert "max_turns=2" in TURNS  # its own default would be 2 as well: make it differ
     source = TURNS.replace("max_turns=2", "max_turns=7")
     model, tokenizer = tiny_random_model(seed=0)
@@ -282,9 +285,27 @@ def test_played_environments_get_the_constructor_arguments_they_were_validated_w
         "loop.iterations=1",
         "pool.reference=['guess']",
         "pool.reference_kwargs={guess={high=3}}",  # won within the run's 2 turns
+        "loop.probe_plays=2",
+        "loop.design_group_seeds='distinct'",
+        "loop.pool_share=0.5",
+        "loop.retire_after_plays=2",
+        "loop.format_penalty=0.1",
     ]
     with SelfPlay(load_config(None, overrides), tmp_path / "run", **roles) as run:
-        list(run.iterations())
+        (metrics,) = list(run.iterations())
+        assert metrics["probe/designs"] == 2.0 and metrics["designer/new_played"] == 2
+        assert metrics["pool/groups"] >= 1.0 and 0.0 <= metrics["designer/new_win_rate"] <= 1.0
+        assert metrics["designer/band_fraction"] in (0.0, 0.5, 1.0)
+        never_won = [
+            e
+            for e in run.archive.ids(valid=True, origin="designer")
+            if not any(h.stats.win_rate_nohint for h in run.archive.stats_history(e))
+        ]
+        assert metrics["pool/retired"] == metrics["pool/retired_total"] == float(len(never_won))
+        assert 0.0 <= metrics["format/guess/malformed"] <= 1.0 and "format/designed/illegal" in metrics
+        designed = run.archive.ids(valid=True, origin="designer")
+        (full,) = run._play(designed[:1], random.Random(0), 2)
+        assert len({e.spec.seed for e in full.nohint}) == 4  # a designed game: one instance per play
         turns_id = next(i for i in run.archive.ids(valid=True) if "TurnsEnv" in run.archive.get(i).source)
         guess_id = run.archive.ids(origin="reference")[0]
         assert run.archive.get(turns_id).env_kwargs == {"max_turns": 2}
