@@ -99,15 +99,14 @@ class Budget:
     def left(self) -> float:
         return self.seconds - self.elapsed()
 
-    def allows(self, name: str, need: float) -> bool:
-        """Whether about ``need`` seconds are left for section ``name``; if not, a FAIL row says so."""
+    def allows(self, name: str, need: float, optional: bool = False) -> bool:
+        """Whether about ``need`` seconds are left for section ``name``; if not, a FAIL row says so (a
+        SKIP row for an ``optional`` section: the vLLM ones)."""
         self.section = name
         if self.left() >= need:
             return True
-        self.report.row(
-            name, "FAIL", f"not run: {self.left():.0f} s of the {self.seconds:.0f} s budget left",
-            f"needs about {need:.0f} s",
-        )  # fmt: skip
+        left = f"not run: {self.left():.0f} s of the {self.seconds:.0f} s budget left"
+        self.report.row(name, "SKIP" if optional else "FAIL", left, f"needs about {need:.0f} s")
         return False
 
     def _overrun(self) -> None:
@@ -479,7 +478,7 @@ def check_run(setup: Setup) -> None:
     from spade_rl.policy.models import quiet_progress
 
     report = setup.report
-    folder = setup.out / "model"
+    folder = setup.out / "model"  # the run's policy.model, and the vLLM sections' model
     with quiet_progress():
         setup.model.save_pretrained(folder)
         setup.tokenizer.save_pretrained(folder)
@@ -563,19 +562,27 @@ def check_run(setup: Setup) -> None:
 # --- 5. vLLM (optional) ---------------------------------------------------------------------------------
 
 
-def check_vllm(setup: Setup) -> None:
+def vllm_ready(setup: Setup, name: str, need: float) -> bool:
+    """Whether an optional vLLM section runs: vllm imports, a GPU, the model folder, the time."""
     import importlib.util
 
     report = setup.report
     if importlib.util.find_spec("vllm") is None:
-        report.row(
-            "vllm in-process engine", "SKIP", "vllm is not installed (optional: pip install -e '.[vllm]')", ""
-        )
-        return
-    if setup.args.cpu_rehearsal:
-        report.row("vllm in-process engine", "SKIP", "vllm needs a GPU", "")
-        return
-    if not setup.budget.allows("vllm in-process engine", 120):
+        report.row(name, "SKIP", "vllm is not installed (optional: pip install -e '.[vllm]')", "")
+    elif setup.args.cpu_rehearsal:
+        report.row(name, "SKIP", "vllm needs a GPU", "")
+    elif not (setup.out / "model" / "config.json").is_file():
+        report.row(name, "SKIP", "no model folder (the run section saves it; --no-run leaves it out)", "")
+    else:
+        return setup.budget.allows(name, need, optional=True)
+    return False
+
+
+def check_vllm_engine(setup: Setup) -> None:
+    """The in-process vLLM engine (``policy.backend = "vllm"``) on the check's model: tokens per second at
+    the largest batch, reported (an end-of-sequence token may end a row early here)."""
+    name = "vllm in-process engine"
+    if not vllm_ready(setup, name, 120):
         return
     from iteration import chats
     from spade_rl.policy import PolicyConfig, SamplingSettings, make_policy
@@ -594,8 +601,38 @@ def check_vllm(setup: Setup) -> None:
         seconds = time.perf_counter() - started
     finally:
         policy.close()
+        gc.collect()
     tokens = sum(len(g.completion_token_ids or ()) for g in generations)
-    report.info("vllm in-process engine", f"batch {batch}: {tokens / seconds:,.0f} tok/s ({tokens} tokens)")
+    setup.report.info(
+        name, f"batch {batch}: {tokens / seconds:,.0f} tok/s ({tokens} tokens, {seconds:.1f} s)"
+    )
+
+
+def check_vllm_servers(setup: Setup) -> None:
+    """The GPU tests (tests/gpu: a real ``vllm serve`` on the check's model, the servers backend against
+    it, a disk weight push checked by what the server computes; tests/policy/test_policy_vllm.py: the
+    in-process engine), as pytest runs them, within the time left."""
+    name = "vllm: tests/gpu"
+    if not vllm_ready(setup, name, 150):
+        return
+    log = setup.out / "pytest-gpu.log"
+    timeout = max(10.0, setup.budget.left() - 5)
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu",
+               "tests/policy/test_policy_vllm.py"]  # fmt: skip
+    env = {**os.environ, "SPADE_GPU_MODEL": str(setup.out / "model")}
+    try:
+        with log.open("w") as sink:
+            done = subprocess.run(
+                command, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout, env=env, cwd=ROOT
+            )
+    except subprocess.TimeoutExpired:
+        setup.report.row(name, "FAIL", f"still running after {timeout:.0f} s (log: {log})", "")
+        return
+    lines = log.read_text(errors="replace").strip().splitlines()
+    counts = next(
+        (x for x in reversed(lines) if " passed" in x or " failed" in x or " error" in x), "no result"
+    )
+    setup.report.judge(name, done.returncode == 0, f"{counts.strip('= ')} (log: {log})", "exit 0")
 
 
 # --- main -------------------------------------------------------------------------------------------------
@@ -660,7 +697,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if not args.no_run:
             sections.append(("run: one iteration", 20 if rehearsal else 60, check_run))
-            sections.append(("vllm in-process engine", 0, check_vllm))
+            sections.append(("vllm in-process engine", 0, check_vllm_engine))
+            sections.append(("vllm: tests/gpu", 0, check_vllm_servers))
         for name, need, section in sections:
             if not budget.allows(name, need):
                 continue
