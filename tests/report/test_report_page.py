@@ -81,9 +81,9 @@ def test_figures_are_written_beside_the_page_and_embedded_in_it(hand_run):
     result = build_report(run.path)
     page = result.index.read_text(encoding="utf-8")
     names = [p.stem for p in result.figures]
-    assert names == ["designer", "agent", "frontier", "size", "skills", "training"]
+    assert names == ["designer", "agent", "frontier", "curriculum", "size", "skills", "training"]
     images = {attrs["data-figure"]: attrs for tag, attrs in elements(page) if tag == "img"}
-    assert list(images) == ["designer", "skills", "agent", "frontier", "size", "training"]
+    assert list(images) == ["designer", "skills", "agent", "frontier", "curriculum", "size", "training"]
     for path in result.figures:
         png = path.read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n")
@@ -91,6 +91,36 @@ def test_figures_are_written_beside_the_page_and_embedded_in_it(hand_run):
         assert base64.b64decode(embedded) == png
         assert int(images[path.stem]["width"]) == int.from_bytes(png[16:20], "big")
     assert result.index == run.path / "report" / "index.html"
+
+
+def test_the_curriculum_figure_draws_the_new_designs_probes_and_format(hand_run):
+    """Issue 40's metrics as curves: a run that records them gets a taller-than-empty figure whose caption
+    names the keys; a run of an earlier release gets the figure saying they were not recorded."""
+    from spade_rl.report.data import load_run
+    from spade_rl.report.figures import make_figures
+
+    extra = {
+        "designer/band_fraction": 0.25,
+        "designer/new_win_rate": 0.1,
+        "probe/designs": 4.0,
+        "probe/promoted": 1.0,
+        "pool/retired": 2.0,
+        "pool/groups": 3.0,
+        "format/malformed": 0.2,
+        "format/illegal": 0.1,
+        "format/maze/malformed": 0.5,
+        "format/maze/illegal": 0.3,
+    }
+    run = hand_run().config(iterations=2)
+    run.metrics(metrics_line(1, **extra), metrics_line(2, **{**extra, "designer/band_fraction": 0.5}))
+    drawn = {f.name: f for f in make_figures(load_run(run.path))}["curriculum"]
+    assert "designer/band_fraction" in drawn.caption and "designer/new_win_rate" in drawn.caption
+    old = hand_run("old").config(iterations=2)
+    old.metrics(metrics_line(1), metrics_line(2))
+    blank = {f.name: f for f in make_figures(load_run(old.path))}["curriculum"]
+    assert drawn.size[0] == blank.size[0] == 800 and drawn.png != blank.png
+    page = build_report(run.path).index.read_text(encoding="utf-8")
+    assert 'data-figure="curriculum"' in page
 
 
 def test_evaluation_results_get_a_section_a_table_and_a_figure(hand_run):
@@ -129,7 +159,7 @@ def test_a_killed_run_reports_what_it_has(hand_run):
     page = result.index.read_text(encoding="utf-8")
     assert "1 finished of 3 planned" in page and "interrupted" in page
     assert any("not complete JSON" in w for w in result.warnings)
-    assert len(result.figures) == 6
+    assert len(result.figures) == 7
 
 
 @pytest.mark.parametrize(

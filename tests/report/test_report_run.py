@@ -24,7 +24,7 @@ needs_chromium = pytest.mark.skipif(
     find_chromium() is None,
     reason="headless Chromium is not installed (Debian package `chromium`; .ci/run installs it)",
 )
-FIGURES = ["designer", "agent", "frontier", "size", "skills", "training"]
+FIGURES = ["designer", "agent", "frontier", "curriculum", "size", "skills", "training"]
 
 
 def spade(*args: str) -> subprocess.CompletedProcess:
@@ -108,7 +108,7 @@ def test_the_real_runs_report_loads_in_chromium_with_every_figure_and_no_script(
     )
     done = spade("report", str(real_run_copy), "--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "page check: 7 figures decoded in Chromium, no script errors" in done.stdout
+    assert "page check: 8 figures decoded in Chromium, no script errors" in done.stdout
     check = check_page(real_run_copy / "report" / "index.html")
     assert check.passed and check.problems == []
     pngs = {p.stem: p.read_bytes() for p in (real_run_copy / "report").glob("*.png")}

@@ -25,7 +25,7 @@ PALETTE = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#b
 HINT_COLOUR, NOHINT_COLOUR = "#ff7f0e", "#1f77b4"
 DPI = 100
 WIDTH_IN = 8.0
-FIGURE_NAMES = ("designer", "agent", "frontier", "size", "skills", "training", "evaluation")
+FIGURE_NAMES = ("designer", "agent", "frontier", "curriculum", "size", "skills", "training", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ def make_figures(data: RunData) -> list[FigureImage]:
         ("designer", "Designer: verdicts", _designer_caption(data), _designer),
         ("agent", "Agent: win rate without and with the hint", _agent_caption(), _agent),
         ("frontier", "Regret and the frontier", _frontier_caption(data), _frontier),
+        ("curriculum", "New designs, probes and the agent's format", _curriculum_caption(data), _curriculum),
         ("size", "Environment size and episode length", _size_caption(), _size),
         ("skills", "Mix of skills", _skills_caption(), _skills),
         ("training", "Training", _training_caption(), _training),
@@ -215,6 +216,62 @@ def _frontier(data: RunData):
     )
     _finish(frontier, data, "fraction on frontier", plotted, "no episode played", unit_range=True)
     frontier.set_xlabel("iteration")
+    return figure
+
+
+def _curriculum_caption(data: RunData) -> str:
+    low, high = data.frontier
+    return (
+        "From metrics.jsonl. Top: the share of each iteration's new valid designs whose no-hint win rate "
+        f"lies in [{low:g}, {high:g}] (designer/band_fraction) and their mean no-hint win rate "
+        "(designer/new_win_rate). Middle: designs probed and promoted to full groups (loop.probe_plays), "
+        "designs retired from the pool (loop.retire_after_plays) and groups on the pool's older entries. "
+        "Bottom: the share of the agent's turns that were malformed (no closed \\boxed{}) or illegal (the "
+        "game said invalid), over all games (solid) and per game family (thin)."
+    )
+
+
+def _curriculum(data: RunData):
+    figure, (band, counts, form) = _new_figure(3, 2.0)
+    empty = "not recorded (a run before issue 40)" if data.has_metrics else "no metrics.jsonl line"
+    plotted = _line(
+        band,
+        data,
+        _values(data.rows, lambda r: r.metric("designer/band_fraction")),
+        "band fraction",
+        "#17becf",
+    )
+    rate = _values(data.rows, lambda r: r.metric("designer/new_win_rate"))
+    plotted = _line(band, data, rate, "new designs' win rate", NOHINT_COLOUR, "--s") or plotted
+    _finish(band, data, "new designs", plotted, empty, unit_range=True)
+    plotted = False
+    panels = (
+        ("probe/designs", "probed", "#7f7f7f"),
+        ("probe/promoted", "promoted", OK_COLOUR),
+        ("pool/retired", "retired", "#d62728"),
+        ("pool/groups", "pool groups", "#9467bd"),
+    )
+    for key, label, colour in panels:
+        values = _values(data.rows, lambda r, k=key: r.metric(k))
+        plotted = _line(counts, data, values, label, colour) or plotted
+    _finish(counts, data, "per iteration", plotted, empty)
+    keys = sorted(
+        {k for row in data.rows for k in (row.metrics or {}) if k.startswith("format/") and k.count("/") == 2}
+    )
+    plotted = False
+    for overall, colour in (("format/malformed", "#d62728"), ("format/illegal", "#ff7f0e")):
+        values = _values(data.rows, lambda r, k=overall: r.metric(k))
+        plotted = _line(form, data, values, overall.split("/")[1], colour) or plotted
+        for key in (k for k in keys if k.endswith(overall.split("/")[1])):
+            values = _values(data.rows, lambda r, k=key: r.metric(k))
+            if _has(values):
+                x = [r.iteration for r in data.rows]
+                form.plot(x, values, "-", color=colour, alpha=0.3, lw=0.8)
+                last = max(k for k, v in enumerate(values) if not math.isnan(v))
+                family = key.split("/")[1]  # named at its last point
+                form.annotate(_label(family), (x[last], values[last]), fontsize=7, color=colour, alpha=0.7)
+    _finish(form, data, "share of turns", plotted, empty, unit_range=True)
+    form.set_xlabel("iteration")
     return figure
 
 

@@ -123,7 +123,7 @@ def render_page(
     sections = [
         ("summary", "Summary", _summary(data)),
         ("designer", "Designer", _figures(figure_map, "designer", "skills")),
-        ("agent", "Agent and regret", _figures(figure_map, "agent", "frontier")),
+        ("agent", "Agent and regret", _figures(figure_map, "agent", "frontier", "curriculum")),
         ("size", "Environment size and turns", _figures(figure_map, "size")),
         ("training", "Training", _figures(figure_map, "training")),
         ("evaluation", "Evaluation", _evaluation(data, figure_map)),
