@@ -3,6 +3,7 @@
     spade-rl eval --suite envs --limit 8                                  # the reference environments
     spade-rl eval --suite envs --option envs.source=runs/r1               # a run's archive (valid envs)
     spade-rl eval --suite envs --option envs.source=pool.jsonl --option envs.envs=3,7
+    spade-rl eval --suite envs --option envs.envs=sequence,tally             # held-out families
 
     result = EnvsSuite(source="reference").run(policy, ctx)   # ctx.limit episodes per environment
 
@@ -41,7 +42,7 @@ from typing import Any, ClassVar
 
 from spade_rl import __version__
 from spade_rl.design.validate import constructor_kwargs
-from spade_rl.envs import reference
+from spade_rl.envs import heldout, reference
 from spade_rl.envs.sources import UnknownEnvironment, archive_entries, jsonl_entries
 from spade_rl.evaluate._episodes import episode_item, episode_metrics, play_episodes
 from spade_rl.evaluate.base import EvalContext, Suite, SuiteResult
@@ -114,10 +115,10 @@ class EnvsSuite(Suite):
                 "environments are played with the arguments they were validated with"
             )
         for name, kwargs in table.items():
-            if name not in reference.ALL:
+            if name not in reference.ALL and name not in heldout.NAMES:
                 raise ValueError(
                     f"option envs.env_kwargs.{name}: unknown reference environment; allowed: "
-                    f"{', '.join(reference.ALL)}"
+                    f"{', '.join(reference.ALL)}, and the held-out families {', '.join(heldout.NAMES)}"
                 )
             if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise ValueError(
@@ -200,15 +201,23 @@ def load_environments(source: str, wanted: tuple[str, ...] = ()) -> list[HeldOut
     or a JSONL pool (valid lines). ``wanted`` keeps only those names (reference) or ids (archive, pool).
     Raises ``ValueError`` saying what is wrong with ``source`` or ``wanted``."""
     if source == "reference":
-        unknown = [name for name in wanted if name not in reference.ALL]
+        unknown = [name for name in wanted if name not in reference.ALL and name not in heldout.NAMES]
         if unknown:
             raise ValueError(
                 f"option envs.envs: unknown reference environment(s) {unknown}; allowed: "
-                f"{', '.join(reference.NAMES)}, and the held-out {', '.join(reference.HELD_OUT)}"
+                f"{', '.join(reference.NAMES)}, the held-out {', '.join(reference.HELD_OUT)}, and the "
+                f"held-out families {', '.join(heldout.NAMES)}"
             )
-        # Without a selection: the reference environments, never the held-out ones (named only).
-        names = [n for n in reference.ALL if n in wanted] if wanted else list(reference.NAMES)
-        return [HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in names]
+        # Without a selection: the reference environments, never the held-out ones (named only). The
+        # held-out families (spade_rl.envs.heldout) are played only by name, in the order given.
+        if not wanted:
+            return [HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in reference.NAMES]
+        envs = [
+            HeldOutEnv(n, reference.source(n), reference.SETTINGS[n]) for n in reference.ALL if n in wanted
+        ]
+        return envs + [
+            HeldOutEnv(n, heldout.source(n), heldout.SETTINGS[n]) for n in wanted if n in heldout.NAMES
+        ]
     if not Path(source).exists():
         raise ValueError(
             f"option envs.source: {source!r} is neither 'reference' nor an existing run directory, "
