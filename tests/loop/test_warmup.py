@@ -11,7 +11,7 @@ from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.design.parse import parse_question_design
 from spade_rl.design.prompts import QUESTION_PREFIX
-from spade_rl.design.synthetic import FAMILIES, document_words, synthetic_design
+from spade_rl.design.synthetic import FAMILIES, LEVELS, document_words, synthetic_design
 from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up, warmup_examples
@@ -35,8 +35,8 @@ def test_document_words_are_usable_names():
 def test_synthetic_designs_validate_in_the_sandbox(pool, skill):
     corpus = Corpus.from_config()
     rng = random.Random(skill)
-    for _ in range(3):
-        code, hint = synthetic_design(rng, skill, corpus.sample(rng, 1)[0].text)
+    for level in LEVELS:  # easy, medium and hard designs all validate
+        code, hint = synthetic_design(rng, skill, corpus.sample(rng, 1)[0].text, level)
         parsed = parse_question_design(f"```python\n{code}```")
         assert parsed.ok and parsed.hint == hint, parsed
         report = validate_source(pool, parsed.source, ValidationSettings(max_turns=4), hint=parsed.hint)

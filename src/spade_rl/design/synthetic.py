@@ -7,7 +7,11 @@ SmolLM2-135M, in either form). The warm-up (:mod:`spade_rl.loop.warmup`) first t
 designs written here: for each of the six game skills a few task families (a sum, a product, a
 sequence, an ordering, a walk, a cheapest choice, a rate over time, ...), each instantiated with
 words taken from the grounding document (as the nouns of the question, the variables and the class
-name) and with random ranges, operations and wording. Every design is a ``QuestionTask`` subclass
+name) and with random ranges, operations and wording, at one of three levels of difficulty (``LEVELS``:
+easy ones add a small number to a two-digit one or compare two things; medium ones are the one-shot
+arithmetic of earlier releases; hard ones have three-digit numbers, more steps or more things to
+compare), so that the base agent wins some of them often, some sometimes and some never (the warm-up
+measures which: ``warmup.measure_plays``). Every design is a ``QuestionTask`` subclass
 (:mod:`spade_rl.envs.kits`) that draws its numbers with ``rng`` and computes its answer, with a hint
 that states the method, never the answer. What the warm-up teaches is the form; what is worth
 designing is left to the designer's reward.
@@ -50,13 +54,20 @@ def _camel(*words: str) -> str:
     return "".join(w[:1].upper() + w[1:] for w in words)
 
 
-def _sum(rng, a, b):
-    lo, hi = rng.randint(1, 5), rng.randint(9, 30)
+def _pick(rng, level, *ranges):
+    """A number from the ``level``-th of three ``(low, high)`` ranges: easy, medium, hard."""
+    low, high = ranges[level]
+    return rng.randint(low, high)
+
+
+def _sum(rng, a, b, level):
     ask = rng.choice(["How many are there in all?", "How many is that altogether?", "What is the total?"])
+    first = [(10, 20), (rng.randint(1, 5), rng.randint(9, 30)), (100, rng.randint(300, 999))][level]
+    second = [(1, 3), first, (100, rng.randint(300, 999))][level]
     return (
         [
-            f"{a} = rng.randint({lo}, {hi})",
-            f"{b} = rng.randint({lo}, {hi})",
+            f"{a} = rng.randint({first[0]}, {first[1]})",
+            f"{b} = rng.randint({second[0]}, {second[1]})",
             f'question = f"There are {{{a}}} {a}s and {{{b}}} {b}s. {ask}"',
         ],
         f"{a} + {b}",
@@ -64,12 +75,14 @@ def _sum(rng, a, b):
     )
 
 
-def _product(rng, a, b):
+def _product(rng, a, b, level):
     ask = rng.choice([f"How many {b}s are there?", f"How many {b}s in all?"])
+    groups = [(2, 4), (2, rng.randint(5, 9)), (12, rng.randint(20, 40))][level]
+    size = [(10, 10), (2, rng.randint(6, 12)), (12, rng.randint(20, 40))][level]
     return (
         [
-            f"{a} = rng.randint(2, {rng.randint(5, 9)})",
-            f"each = rng.randint(2, {rng.randint(6, 12)})",
+            f"{a} = rng.randint({groups[0]}, {groups[1]})",
+            f"each = rng.randint({size[0]}, {size[1]})",
             f'question = f"There are {{{a}}} {a}s and each holds {{each}} {b}s. {ask}"',
         ],
         f"{a} * each",
@@ -77,12 +90,14 @@ def _product(rng, a, b):
     )
 
 
-def _difference(rng, a, b):
+def _difference(rng, a, b, level):
     verb = rng.choice(["taken away", "lost", "used up", "given away"])
+    have = [(11, 19), (rng.randint(10, 20), rng.randint(30, 60)), (200, rng.randint(500, 999))][level]
+    gone = ["rng.randint(1, 2)", f"rng.randint(1, {a} - 1)", f"rng.randint(50, {a} - 1)"][level]
     return (
         [
-            f"{a} = rng.randint({rng.randint(10, 20)}, {rng.randint(30, 60)})",
-            f"gone = rng.randint(1, {a} - 1)",
+            f"{a} = rng.randint({have[0]}, {have[1]})",
+            f"gone = {gone}",
             f'question = f"A shop had {{{a}}} {a}s, and {{gone}} were {verb}. How many {a}s are left?"',
         ],
         f"{a} - gone",
@@ -90,11 +105,13 @@ def _difference(rng, a, b):
     )
 
 
-def _sequence(rng, a, b):
+def _sequence(rng, a, b, level):
+    start = [(10, 30), (1, rng.randint(9, 20)), (10, 99)][level]
+    step = [(1, 1), (2, rng.randint(4, 9)), (11, rng.randint(20, 49))][level]
     return (
         [
-            f"start = rng.randint(1, {rng.randint(9, 20)})",
-            f"step = rng.randint(2, {rng.randint(4, 9)})",
+            f"start = rng.randint({start[0]}, {start[1]})",
+            f"step = rng.randint({step[0]}, {step[1]})",
             "first, second, third = start, start + step, start + 2 * step",
             f'question = f"The {a} count grows: {{first}}, {{second}}, {{third}}, ... What comes next?"',
         ],
@@ -103,39 +120,49 @@ def _sequence(rng, a, b):
     )
 
 
-def _doubling(rng, a, b):
-    factor = rng.choice([2, 3])
+def _doubling(rng, a, b, level):
+    factor = [2, rng.choice([2, 3]), 3][level]
+    days = [1, 3, rng.choice([4, 5])][level]
     word = {2: "doubles", 3: "triples"}[factor]
+    when = "after 1 day" if days == 1 else f"after {days} days"
+    start = [(10, 20), (1, rng.randint(5, 9)), (2, 9)][level]
     return (
         [
-            f"start = rng.randint(1, {rng.randint(5, 9)})",
-            f'question = f"A number of {a}s {word} each day, starting at {{start}}. How many after 3 days?"',
+            f"start = rng.randint({start[0]}, {start[1]})",
+            f'question = f"A number of {a}s {word} each day, starting at {{start}}. How many {when}?"',
         ],
-        f"start * {factor**3}",
+        f"start * {factor**days}",
         f"Multiply by {factor} once for each day.",
     )
 
 
-def _ordering(rng, a, b):
+def _ordering(rng, a, b, level):
     adjective, most = rng.choice([("heavier", "heaviest"), ("older", "oldest"), ("taller", "tallest")])
-    things = [a, b, *rng.sample([w for w in FALLBACK_WORDS if w not in (a, b)], 2)]
+    count = (3, 3, 4)[level]  # things in the chain (two would let a word of the question win too often)
+    things = [a, b, *rng.sample([w for w in FALLBACK_WORDS if w not in (a, b)], 3)]
+    names = ["x", "y", "z", "w"][:count]
+    facts = [f"The {{{names[i]}}} is {adjective} than the {{{names[i + 1]}}}." for i in range(count - 1)]
+    if level:
+        rng.shuffle(facts)  # the harder chains are told out of order
     return (
         [
-            f"x, y, z = rng.sample({things}, 3)",
-            f'question = f"The {{x}} is {adjective} than the {{y}}. The {{y}} is {adjective} than the {{z}}. '
-            f'Which is the {most}?"',
+            f"{', '.join(names)} = rng.sample({things}, {count})",
+            f'question = f"{" ".join(facts)} Which is the {most}?"',
         ],
         "x",
         "Follow the chain of comparisons to the one that nothing beats.",
     )
 
 
-def _walk(rng, a, b):
+def _walk(rng, a, b, level):
     there, back = rng.choice([("east", "west"), ("north", "south"), ("up", "down")])
+    out = [(10, 19), (rng.randint(8, 10), rng.randint(16, 25)), (100, rng.randint(200, 400))][level]
+    # an answer of 3 or more: "1" is no guess that wins
+    back_range = ["rng.randint(1, 2)", "rng.randint(2, out - 3)", "rng.randint(11, out - 3)"][level]
     return (
         [
-            f"out = rng.randint({rng.randint(8, 10)}, {rng.randint(16, 25)})",
-            "back = rng.randint(2, out - 3)",  # an answer of 3 or more: "1" is no guess that wins
+            f"out = rng.randint({out[0]}, {out[1]})",
+            f"back = {back_range}",
             f'question = f"A {a} moves {{out}} steps {there}, then {{back}} steps {back}. '
             f'How many steps {there} of the start is it?"',
         ],
@@ -144,25 +171,30 @@ def _walk(rng, a, b):
     )
 
 
-def _cheapest(rng, a, b):
-    c = rng.choice([w for w in FALLBACK_WORDS if w not in (a, b)])
+def _cheapest(rng, a, b, level):
+    count = (3, 3, 5)[level]  # things to compare (two would let a word of the question win too often)
+    names = [a, b, *rng.sample([w for w in FALLBACK_WORDS if w not in (a, b)], count - 2)]
     pick, name = rng.choice([("min", "cheapest"), ("max", "most expensive")])
+    top = [rng.randint(40, 99), rng.randint(12, 30), rng.randint(40, 99)][level]  # easy: far apart
+    listed = ", ".join(f"a {n} {{{n}}}" for n in names[1:])
     return (
         [
-            f"{a}, {b}, {c} = rng.sample(range(2, {rng.randint(12, 30)}), 3)",
-            f'question = f"A {a} costs {{{a}}} coins, a {b} {{{b}}} and a {c} {{{c}}}. Which is {name}?"',
-            f'prices = {{"{a}": {a}, "{b}": {b}, "{c}": {c}}}',
+            f"{', '.join(names)} = rng.sample(range(2, {top}), {count})",
+            f'question = f"A {names[0]} costs {{{names[0]}}} coins, {listed}. Which is {name}?"',
+            "prices = {" + ", ".join(f'"{n}": {n}' for n in names) + "}",
         ],
         f"{pick}(prices, key=prices.get)",
-        f"Compare the three prices and name the {name} one.",
+        f"Compare the prices and name the {name} one.",
     )
 
 
-def _budget(rng, a, b):
+def _budget(rng, a, b, level):
+    price = [(10, 10), (2, rng.randint(6, 12)), (7, rng.randint(13, 19))][level]
+    money = [(20, 99), (rng.randint(15, 30), rng.randint(40, 90)), (100, rng.randint(300, 999))][level]
     return (
         [
-            f"price = rng.randint(2, {rng.randint(6, 12)})",
-            f"money = rng.randint({rng.randint(15, 30)}, {rng.randint(40, 90)})",
+            f"price = rng.randint({price[0]}, {price[1]})",
+            f"money = rng.randint({money[0]}, {money[1]})",
             f'question = f"One {a} costs {{price}} coins. How many {a}s can you buy with {{money}} coins?"',
         ],
         "money // price",
@@ -170,13 +202,16 @@ def _budget(rng, a, b):
     )
 
 
-def _rate(rng, a, b):
+def _rate(rng, a, b, level):
     unit, per = rng.choice([("hours", "an hour"), ("days", "a day"), ("weeks", "a week")])
+    start = [(10, 20), (rng.randint(5, 15), rng.randint(20, 40)), (100, rng.randint(200, 500))][level]
+    rate = [(1, 1), (2, rng.randint(5, 9)), (11, rng.randint(15, 29))][level]
+    time = [(2, 2), (2, rng.randint(4, 7)), (5, rng.randint(8, 12))][level]
     return (
         [
-            f"start = rng.randint({rng.randint(5, 15)}, {rng.randint(20, 40)})",
-            f"rate = rng.randint(2, {rng.randint(5, 9)})",
-            f"{unit} = rng.randint(2, {rng.randint(4, 7)})",
+            f"start = rng.randint({start[0]}, {start[1]})",
+            f"rate = rng.randint({rate[0]}, {rate[1]})",
+            f"{unit} = rng.randint({time[0]}, {time[1]})",
             f'question = f"A store has {{start}} {a}s and gets {{rate}} more {per}. '
             f'How many {a}s after {{{unit}}} {unit}?"',
         ],
@@ -185,12 +220,15 @@ def _rate(rng, a, b):
     )
 
 
-def _drain(rng, a, b):
+def _drain(rng, a, b, level):
+    start = [(20, 40), (rng.randint(30, 50), rng.randint(60, 99)), (200, rng.randint(300, 500))][level]
+    loss = [(1, 1), (2, rng.randint(5, 9)), (7, rng.randint(12, 19))][level]
+    hours = [(2, 2), (2, 5), (4, 9)][level]
     return (
         [
-            f"start = rng.randint({rng.randint(30, 50)}, {rng.randint(60, 99)})",
-            f"loss = rng.randint(2, {rng.randint(5, 9)})",
-            "hours = rng.randint(2, 5)",
+            f"start = rng.randint({start[0]}, {start[1]})",
+            f"loss = rng.randint({loss[0]}, {loss[1]})",
+            f"hours = rng.randint({hours[0]}, {hours[1]})",
             f'question = f"A {a} holds {{start}} litres and loses {{loss}} litres an hour. '
             f'How many litres are left after {{hours}} hours?"',
         ],
@@ -209,16 +247,26 @@ FAMILIES = {
 }
 
 
-def synthetic_design(rng: random.Random, skill: str, document: str = "") -> tuple[str, str]:
-    """The code of one ``QuestionTask`` design for ``skill`` (a game skill) about ``document``, and
-    its hint. Deterministic for a given ``rng`` state."""
+LEVELS = ("easy", "medium", "hard")
+
+
+def synthetic_design(
+    rng: random.Random, skill: str, document: str = "", level: str | None = None
+) -> tuple[str, str]:
+    """The code of one ``QuestionTask`` design for ``skill`` (a game skill) about ``document`` at
+    difficulty ``level`` (one of ``LEVELS``; None: drawn uniformly), and its hint. Deterministic for a
+    given ``rng`` state."""
     if skill not in FAMILIES:
         raise ValueError(f"no synthetic designs for skill {skill!r}; allowed: {sorted(FAMILIES)}")
+    if level is None:
+        level = rng.choice(LEVELS)
+    if level not in LEVELS:
+        raise ValueError(f"synthetic design level {level!r}; allowed: {list(LEVELS)}")
     words = document_words(document) or list(FALLBACK_WORDS)
     pool = words if len(words) >= 2 else [*words, *FALLBACK_WORDS]
     a, b = rng.sample(pool, 2)
     family = rng.choice(FAMILIES[skill])
-    lines, answer, hint = family(rng, a, b)
+    lines, answer, hint = family(rng, a, b, LEVELS.index(level))
     name = _camel(a, b, family.__name__.strip("_")) + "Env"
     body = "\n".join("        " + line for line in lines)
     code = f"class {name}(QuestionTask):\n    def make(self, rng):\n{body}\n"

@@ -10,9 +10,22 @@ about that document: cross-entropy on the answer tokens only, AdamW, ``epochs`` 
 starts after the forced opening of the block (``design.prompts.QUESTION_PREFIX``), as the design
 phase's generations do.
 
+Graded designs (``measure_plays`` > 0, issue 40): the synthetic designs come at three levels of
+difficulty (:data:`spade_rl.design.synthetic.LEVELS`), and the warm-up first measures what the base agent
+makes of them: ``candidates_per_design * designs`` candidates (levels in turn), each played
+``measure_plays`` times without the hint at distinct seeds by the policy as the run's agent plays
+(``rollout``, in the run's ``sandbox``), before any training. It keeps ``designs`` of them, taking in
+turn one at the frontier, one too hard (won at least once), one too easy (:func:`select_graded`), and
+designs the agent never won only when the others run out; each prompt shows another kept candidate with
+its measured win rate and label, as the design phase shows its memory (or, half the time, the kit's
+example, unlabelled). So the designer learns the form on designs that span what the agent can win,
+not only on ones it never wins. What was measured and kept is in the cache entry's ``designs.json``
+and the ``warmup/kept_*`` metrics.
+
 The result is cached (``$SPADE_RL_CACHE/warmup/<key>/``, written whole or not at all): the key covers
-the model's weights, this configuration, the design form and prompt settings, the corpus settings and
-the source of the kit, the prompts and the synthetic designs, so that anything that changes what
+the model's weights, this configuration, the design form and prompt settings, the corpus settings,
+the rollout settings when designs are measured, and the source of the kit, the prompts and the synthetic
+designs, so that anything that changes what
 would be learned gives a new entry, and the same entry is found again on the next run and on resume
 (where LoRA needs the warmed-up base weights before its adapter is loaded). ``designs = 0`` (the
 default, and the paper's setting) turns it off.
@@ -29,6 +42,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from spade_rl.corpus import Corpus, CorpusConfig
 from spade_rl.design import prompts, synthetic
@@ -38,10 +52,15 @@ from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.memory import release_unused_memory
 from spade_rl.policy import Policy
 from spade_rl.policy.thinking import thinking_flag
+from spade_rl.rollout import EpisodeSpec, RolloutConfig, run_episodes
+from spade_rl.sandbox import Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when the training procedure changes what a cache entry holds (2: the learner's SFT step)
+# Bump when the training procedure changes what a cache entry holds (2: the learner's SFT step; 3: graded
+# synthetic designs, measured and selected when measure_plays > 0, and labelled examples).
+FORMAT = 3
+MEASURE_BATCH = 32  # episodes played together while measuring the candidates
 
 
 class WarmupError(ValueError):
@@ -60,8 +79,17 @@ class WarmupConfig:
     # layers in the backward pass (activation checkpointing) instead of holding them, the share that keeps
     # about this many tokens' worth: ceil(layers * (1 - activation_tokens / length)). 0: every row holds all.
     activation_tokens: int = 0
+    # Graded designs (issue 40): plays of each candidate design by the base agent, without the hint, at
+    # distinct seeds, before training (0: none: the designs are not measured, all of them are learned);
+    # and how many candidates are drawn and measured per design kept.
+    measure_plays: int = 0
+    candidates_per_design: int = 3
 
     def __post_init__(self) -> None:
+        for name, least in (("measure_plays", 0), ("candidates_per_design", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"warmup.{name} must be a whole number >= {least}, got {value!r}")
         if self.designs < 0 or self.epochs < 1 or self.batch_size < 1 or self.seed < 0:
             raise ValueError(
                 "warmup.designs must be >= 0 (0: off), warmup.epochs and warmup.batch_size >= 1, "
@@ -79,6 +107,127 @@ class WarmupConfig:
     @property
     def enabled(self) -> bool:
         return self.designs > 0
+
+
+class WarmupPlay(NamedTuple):
+    """How the warm-up's candidates are played when they are measured: the run's sandbox and rollout."""
+
+    sandbox: SandboxConfig
+    rollout: RolloutConfig
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A synthetic design to measure: its skill, level, grounding document, code and hint."""
+
+    skill: str
+    level: str
+    document: str
+    title: str
+    code: str
+    hint: str
+
+
+def draw_candidates(config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus) -> list[Candidate]:
+    """``candidates_per_design * designs`` synthetic designs, the levels in turn (easy, medium, hard, ...),
+    skills and documents drawn from ``Random(seed, index)``."""
+    out = []
+    skills = design.skill_list
+    for j in range(config.designs * config.candidates_per_design):
+        rng = random.Random(f"spade-rl/warmup/{config.seed}/candidate/{j}")
+        skill = skills[rng.randrange(len(skills))]
+        document = corpus.sample(rng, 1)[0] if design.grounding else None
+        text, title = (document.text, document.title or "") if document is not None else ("", "")
+        level = synthetic.LEVELS[j % len(synthetic.LEVELS)]
+        code, hint = synthetic.synthetic_design(rng, skill, text, level)
+        out.append(Candidate(skill, level, text, title, code, hint))
+    return out
+
+
+def measure_candidates(
+    policy: Policy, candidates: list[Candidate], plays: int, play: WarmupPlay, seed: int
+) -> list[float]:
+    """Each candidate's no-hint win rate over ``plays`` episodes at distinct seeds, played by ``policy``
+    as ``play.rollout`` plays (the run's agent) in a sandbox of ``play.sandbox``, ``MEASURE_BATCH`` at a
+    time. An episode that fails (an environment error) counts as a loss."""
+    rng = random.Random(f"spade-rl/warmup-measure/{seed}")
+    specs = [
+        EpisodeSpec(
+            kits.compose("question", c.code),
+            seed=rng.randrange(2**31),
+            setting="games",
+            env_kwargs={"max_turns": play.rollout.max_turns},
+            tag=j,
+        )
+        for j, c in enumerate(candidates)
+        for _ in range(plays)
+    ]
+    wins = [0] * len(candidates)
+    with Sandbox(play.sandbox) as sandbox:
+        for start in range(0, len(specs), MEASURE_BATCH):
+            chunk = specs[start : start + MEASURE_BATCH]
+            for episode in run_episodes(policy, sandbox, chunk, play.rollout, seed=rng.randrange(2**31)):
+                wins[episode.spec.tag] += int(episode.won)
+    return [w / plays for w in wins]
+
+
+BANDS = ("frontier", "too_hard", "too_easy")  # the order in which select_graded takes them
+
+
+def band_of(win_rate: float, frontier: tuple[float, float] = prompts.FRONTIER) -> str:
+    """ "never_won" at 0, else the band of :func:`spade_rl.design.prompts.difficulty` ("too_hard",
+    "frontier", "too_easy")."""
+    if win_rate == 0:
+        return "never_won"
+    return {"too hard": "too_hard", "at the frontier": "frontier", "too easy": "too_easy"}[
+        prompts.difficulty(win_rate, frontier)
+    ]
+
+
+def select_graded(
+    win_rates: list[float], n: int, frontier: tuple[float, float] = prompts.FRONTIER
+) -> list[int]:
+    """The indices of ``n`` candidates (all of them when there are fewer), a balanced mix by measured
+    band: in turn one at the frontier, one too hard but won at least once, one too easy, each band in
+    candidate order, a band that runs out skipped; candidates never won only after all the others.
+
+    Win rates [0, 0.5, 0.9, 0.1, 0.6, 0], n 4: frontier 1, too hard 3, too easy 2, frontier 4 -> [1, 3, 2, 4].
+    """
+    queues: dict[str, list[int]] = {band: [] for band in (*BANDS, "never_won")}
+    for i, rate in enumerate(win_rates):
+        queues[band_of(rate, frontier)].append(i)
+    chosen: list[int] = []
+    while len(chosen) < min(n, len(win_rates)) and any(queues[band] for band in BANDS):
+        for band in BANDS:
+            if queues[band] and len(chosen) < n:
+                chosen.append(queues[band].pop(0))
+    chosen += queues["never_won"][: max(0, n - len(chosen))]
+    return chosen
+
+
+def graded_examples(
+    config: WarmupConfig,
+    design: DesignPhaseConfig,
+    candidates: list[Candidate],
+    win_rates: list[float],
+    chosen: list[int],
+) -> list[tuple[list[dict], str]]:
+    """(designer chat, answer) pairs for the ``chosen`` candidates: the chat as the design phase writes it
+    in the question form, showing half the time the kit's built-in example (not played: unlabelled) and
+    otherwise another chosen candidate with its measured win rate and label; the answer is the candidate."""
+    examples = []
+    for i in chosen:
+        c = candidates[i]
+        rng = random.Random(f"spade-rl/warmup/{config.seed}/shown/{i}")
+        others = [j for j in chosen if j != i]
+        if not others or rng.random() < 0.5:
+            shown, rate = kits.EXAMPLES[c.skill], None
+        else:
+            j = others[rng.randrange(len(others))]
+            shown, rate = candidates[j].code, win_rates[j]
+        chat = question_designer_chat(c.document, c.skill, shown, design.chat_prompt, c.title, win_rate=rate)
+        examples.append((chat, ("```python\n" + c.code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP))
+    return examples
 
 
 def warmup_examples(
@@ -106,8 +255,14 @@ def warmup_examples(
     return examples
 
 
-def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, corpus: CorpusConfig) -> str:
-    """What the warm-up's result depends on, hashed."""
+def cache_key(
+    policy: Policy,
+    config: WarmupConfig,
+    design: DesignPhaseConfig,
+    corpus: CorpusConfig,
+    play: WarmupPlay | None = None,
+) -> str:
+    """What the warm-up's result depends on, hashed (how candidates are played when they are measured)."""
     digest = hashlib.sha256()
     settings = {
         "format": FORMAT,
@@ -122,6 +277,7 @@ def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, c
             **({"thinking": design.thinking} if design.thinking != "template" else {}),
         },
         "corpus": repr(corpus),
+        **({"rollout": repr(play.rollout)} if config.measure_plays and play is not None else {}),
     }
     digest.update(json.dumps(settings, sort_keys=True, default=repr).encode())
     for module in (synthetic, prompts):
@@ -133,11 +289,24 @@ def cache_key(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, c
     return digest.hexdigest()[:20]
 
 
-def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus) -> dict:
+def warm_up(
+    policy: Policy,
+    config: WarmupConfig,
+    design: DesignPhaseConfig,
+    corpus: Corpus,
+    play: WarmupPlay | None = None,
+) -> dict:
     """Warm the policy up in place (from the cache when the same warm-up was done before); returns
-    ``warmup/*`` metrics (``cached``, ``seconds``, ``loss_first``, ``loss_last``, ``designs``)."""
+    ``warmup/*`` metrics (``cached``, ``seconds``, ``loss_first``, ``loss_last``, ``designs``; with
+    ``measure_plays``, the candidates measured and how many of each band were kept). ``play``: how
+    candidates are played, needed when ``config.measure_plays`` > 0."""
     if not config.enabled:
         return {}
+    if config.measure_plays and play is None:
+        raise WarmupError(
+            "warmup.measure_plays > 0 measures the synthetic designs with the base agent, which needs the "
+            "run's sandbox and rollout settings (warm_up(..., play=WarmupPlay(sandbox, rollout)))"
+        )
     from spade_rl.policy.models import cache_root
     from spade_rl.policy.transformers_backend import TransformersPolicy
 
@@ -152,7 +321,7 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
             "(set warmup.designs = 0 or design.form = 'question')"
         )
     started = time.perf_counter()
-    folder = cache_root() / "warmup" / cache_key(policy, config, design, corpus.config)
+    folder = cache_root() / "warmup" / cache_key(policy, config, design, corpus.config, play)
     weights = folder / "model.safetensors"
     policy.clear_prefix_cache()  # whatever it held was computed with the weights about to change
     if config.cache and weights.exists():
@@ -162,17 +331,60 @@ def warm_up(policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, cor
         return {**stats, "warmup/cached": 1.0, "warmup/seconds": time.perf_counter() - started}
     # The designer's prompts as the design phase renders them (its thinking switch included).
     thinking = thinking_flag(policy, design.thinking, key="design.thinking")
-    losses = _train(policy, warmup_examples(config, design, corpus), config, thinking)
+    graded: dict = {}
+    if config.measure_plays and play is not None:
+        examples, graded, kept = _graded(policy, config, design, corpus, play)
+        policy.clear_prefix_cache()  # the measurement's prompts, with the weights about to change
+    else:
+        examples, kept = warmup_examples(config, design, corpus), []
+    losses = _train(policy, examples, config, thinking)
     stats = {
-        "warmup/designs": float(config.designs),
+        **graded,
+        "warmup/designs": float(len(examples)),
         "warmup/loss_first": losses[0],
         "warmup/loss_last": losses[-1],
         "warmup/train_seconds": time.perf_counter() - started,
     }
     if config.cache:
-        _save(policy, folder, stats)
-    log.info("warm-up: %d designs, loss %.3f -> %.3f", config.designs, losses[0], losses[-1])
+        _save(policy, folder, stats, kept)
+    log.info("warm-up: %d designs, loss %.3f -> %.3f", len(examples), losses[0], losses[-1])
     return {**stats, "warmup/cached": 0.0, "warmup/seconds": time.perf_counter() - started}
+
+
+def _graded(
+    policy: Policy, config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus, play: WarmupPlay
+) -> tuple[list[tuple[list[dict], str]], dict, list[dict]]:
+    """Measure the candidates, keep a graded mix: the examples, their ``warmup/*`` metrics, and one row
+    per candidate (skill, level, win rate, band, kept) for ``designs.json``."""
+    started = time.perf_counter()
+    candidates = draw_candidates(config, design, corpus)
+    rates = measure_candidates(policy, candidates, config.measure_plays, play, config.seed)
+    chosen = select_graded(rates, config.designs)
+    bands = [band_of(r) for r in rates]
+    metrics = {
+        "warmup/candidates": float(len(candidates)),
+        "warmup/measure_seconds": time.perf_counter() - started,
+        "warmup/candidate_win_rate": sum(rates) / len(rates),
+        "warmup/kept_win_rate": sum(rates[i] for i in chosen) / len(chosen),
+    }
+    for band in (*BANDS, "never_won"):
+        metrics[f"warmup/measured_{band}"] = float(bands.count(band))
+        metrics[f"warmup/kept_{band}"] = float(sum(bands[i] == band for i in chosen))
+    for level in synthetic.LEVELS:
+        rated = [r for r, c in zip(rates, candidates, strict=True) if c.level == level]
+        metrics[f"warmup/win_rate_{level}"] = sum(rated) / len(rated) if rated else 0.0
+    rows = [
+        {"skill": c.skill, "level": c.level, "win_rate": r, "band": b, "kept": i in chosen, "code": c.code}
+        for i, (c, r, b) in enumerate(zip(candidates, rates, bands, strict=True))
+    ]
+    log.info(
+        "warm-up: %d candidates measured (%d plays each): %s; kept %d",
+        len(candidates),
+        config.measure_plays,
+        ", ".join(f"{b} {bands.count(b)}" for b in (*BANDS, "never_won")),
+        len(chosen),
+    )
+    return graded_examples(config, design, candidates, rates, chosen), metrics, rows
 
 
 def _train(
@@ -236,7 +448,7 @@ def _train(
     return losses
 
 
-def _save(policy, folder: Path, stats: dict) -> None:
+def _save(policy, folder: Path, stats: dict, designs: list[dict] = ()) -> None:
     from safetensors.torch import save_model
 
     partial = folder.with_name(folder.name + f".partial-{time.time_ns()}")
@@ -244,6 +456,8 @@ def _save(policy, folder: Path, stats: dict) -> None:
     try:
         save_model(policy.model, str(partial / "model.safetensors"))  # tied weights stored once
         (partial / "stats.json").write_text(json.dumps(stats))
+        if designs:  # the measured candidates: what the graded warm-up kept and why
+            (partial / "designs.json").write_text(json.dumps(designs, indent=1))
         shutil.rmtree(folder, ignore_errors=True)
         partial.rename(folder)  # whole or not at all
     finally:
