@@ -3,7 +3,10 @@
 ``designer_chat`` builds the chat (system + user messages) from a corpus document, a skill and
 memory examples; ``hint_chat`` builds the second call of the two-call hint mode, which reads the
 code; ``question_designer_chat`` and ``tool_kit_designer_chat`` ask for a design in a kit's form
-(``spade_rl.envs.kits``), and ``repair_chat`` sends a failed design back with what failed. All return
+(``spade_rl.envs.kits``), ``edit_chat`` asks for an edited version of a design the agent wins
+sometimes (harder when it wins it often, easier when rarely), and ``repair_chat`` sends a failed design
+back with what failed. Every example is labelled with the agent's measured no-hint win rate and where
+that lies against the frontier (:func:`difficulty`: too hard, at the frontier, too easy). All return
 plain chat messages (``{"role", "content"}``): the policy renders them with its
 tokenizer's chat template, never with hand-written special tokens.
 """
@@ -53,17 +56,51 @@ invalid JSON, unknown tools or bad arguments give an error observation, never an
 Answering the question must need at least two tool calls."""
 
 
+# The frontier a label is measured against when no other is given: the archive's (ArchiveConfig's
+# frontier_low and frontier_high) and the band of the band-fraction metric.
+FRONTIER = (0.15, 0.85)
+DIFFICULTIES = ("too hard", "at the frontier", "too easy", "not played yet")
+
+
+def difficulty(win_rate: float | None, frontier: tuple[float, float] = FRONTIER) -> str:
+    """Where a measured no-hint win rate lies against ``frontier`` (inclusive at both edges, as the
+    archive's): "too hard" below it, "at the frontier" inside, "too easy" above; "not played yet"
+    without a measurement."""
+    low, high = frontier
+    if not 0.0 <= low < high <= 1.0:
+        raise ValueError(f"a frontier needs 0 <= low < high <= 1, got {frontier}")
+    if win_rate is None:
+        return "not played yet"
+    if win_rate < low:
+        return "too hard"
+    return "too easy" if win_rate > high else "at the frontier"
+
+
+def measured(win_rate: float | None, frontier: tuple[float, float] = FRONTIER) -> str:
+    """An example's label as the prompts write it: ``"too hard: the agent won it 12% of the time"``."""
+    label = difficulty(win_rate, frontier)
+    if win_rate is None:
+        return label
+    return f"{label}: the agent won it {100 * win_rate:.0f}% of the time"
+
+
 @dataclass(frozen=True)
 class ShownExample:
     """An environment from the archive as the designer's prompt shows it, with how the agent fared on it
-    (built from the archive's ``MemoryExample``, which holds the whole record)."""
+    (built from the archive's ``MemoryExample``, which holds the whole record). Win rates are None for an
+    environment not played yet (``win_rate_hint`` also when it was played without the hint)."""
 
     source: str
     hint: str
     skill: str
-    win_rate: float  # agent's win rate without the hint
-    win_rate_hint: float  # with the hint
-    positive: bool  # True: at the learning frontier (imitate); False: too easy or too hard (avoid)
+    win_rate: float | None  # agent's win rate without the hint
+    win_rate_hint: float | None  # with the hint
+    positive: bool  # True: the memory drew it as a positive (imitate); False: as a negative (avoid)
+    frontier: tuple[float, float] = FRONTIER  # the band its label is measured against
+
+    @property
+    def label(self) -> str:
+        return difficulty(self.win_rate, self.frontier)
 
 
 @dataclass(frozen=True)
@@ -94,18 +131,25 @@ def _truncate_words(text: str, limit: int) -> str:
     return text.strip() if len(words) <= limit else " ".join(words[:limit]) + " [...]"
 
 
+def _cut_source(source: str, limit: int) -> str:
+    return source if len(source) <= limit else source[:limit] + "\n# [...]"
+
+
 def _example_block(example: ShownExample, index: int, limit: int) -> str:
-    source = example.source if len(example.source) <= limit else example.source[:limit] + "\n# [...]"
-    verdict = (
-        "GOOD (at the agent's frontier: the hint helped)"
-        if example.positive
-        else "AVOID (" + ("too easy" if example.win_rate > 0.5 else "too hard") + ")"
-    )
+    rates = ""
+    if example.win_rate is not None:
+        rates = f" win rate without hint {example.win_rate:.2f}"
+        if example.win_rate_hint is not None:
+            rates += f", with hint {example.win_rate_hint:.2f}"
     return (
-        f"Example {index} [{verdict}] skill={example.skill} win rate without hint "
-        f"{example.win_rate:.2f}, with hint {example.win_rate_hint:.2f}\n"
-        f"```python\n{source.rstrip()}\n```\nHint: {example.hint}"
+        f"Example {index} [{example.label.upper()}] skill={example.skill}{rates}\n"
+        f"```python\n{_cut_source(example.source, limit).rstrip()}\n```\nHint: {example.hint}"
     )
+
+
+def _band_words(frontier: tuple[float, float]) -> str:
+    low, high = frontier
+    return f"{100 * low:.0f}% to {100 * high:.0f}% of the time without the hint"
 
 
 def designer_chat(
@@ -141,8 +185,10 @@ def designer_chat(
     if examples:
         blocks = [_example_block(e, i + 1, config.max_example_chars) for i, e in enumerate(examples)]
         parts.append(
-            "Past environments and how the agent did. Make something new, at the difficulty of the GOOD "
-            "ones:\n\n" + "\n\n".join(blocks)
+            "Past environments, each labelled by how often the agent won it: TOO HARD, AT THE FRONTIER (won "
+            + _band_words(examples[0].frontier)
+            + ") or TOO EASY. Make something new at the frontier: harder than the too easy ones, easier "
+            "than the too hard ones.\n\n" + "\n\n".join(blocks)
         )
     answer = "Answer with the complete module in one ```python code block"
     if config.hint_mode in ("inline", None):
@@ -185,10 +231,18 @@ No imports are needed."""
 
 
 def question_designer_chat(
-    document: str, skill: str, example: str, config: PromptConfig = PromptConfig(), title: str = ""
+    document: str,
+    skill: str,
+    example: str,
+    config: PromptConfig = PromptConfig(),
+    title: str = "",
+    win_rate: float | None = None,
+    frontier: tuple[float, float] = FRONTIER,
 ) -> list[dict]:
     """The chat that asks for one design in the "question" form, shown one ``example`` design (the
-    code of a QuestionTask subclass); an empty ``document`` leaves the grounding out."""
+    code of a QuestionTask subclass) with its measured no-hint ``win_rate`` and label against
+    ``frontier`` (None: a design not played, shown without a label); an empty ``document`` leaves the
+    grounding out."""
     parts = []
     if document.strip():
         parts.append(
@@ -198,13 +252,89 @@ def question_designer_chat(
             + _truncate_words(document, config.max_document_words)
             + "\n</document>"
         )
-    parts.append(f"An example task:\n```python\n{example.strip()}\n```")
+    if win_rate is None:
+        parts.append(f"An example task:\n```python\n{example.strip()}\n```")
+    else:
+        parts.append(f"An example task ({measured(win_rate, frontier)}):\n```python\n{example.strip()}\n```")
     about = " about the document" if document.strip() else ""
+    aim = "" if win_rate is None else f" Aim for the frontier: a task won {_band_words(frontier)}."
     parts.append(
         f"Write one new task{about} that trains the skill {skill}, in the same form as the example. "
-        "Draw every number with rng, so that each seed gives a new instance."
+        "Draw every number with rng, so that each seed gives a new instance." + aim
     )
     return [{"role": "system", "content": _QUESTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+# --- edits: a design the agent wins sometimes, made harder or easier (design.edit_share) ---------------
+EDIT_FORMS = ("module", "question")
+
+
+def edit_direction(win_rate: float, frontier: tuple[float, float] = FRONTIER) -> str:
+    """ "harder" when the agent wins the parent at least as often as the middle of the frontier, else
+    "easier": an edit moves the design toward the middle of the frontier."""
+    low, high = frontier
+    return "harder" if win_rate >= (low + high) / 2 else "easier"
+
+
+def edit_chat(
+    parent: ShownExample, form: str = "module", config: PromptConfig = PromptConfig()
+) -> list[dict]:
+    """The chat that asks for an edited version of ``parent``, a design the agent wins sometimes (its
+    measured no-hint win rate is shown with its label): a little harder when the agent wins it at least
+    as often as the middle of the frontier, a little easier otherwise (:func:`edit_direction`), in
+    ``form`` "module" (a whole environment, with a hint in the inline mode) or "question" (a
+    ``QuestionTask`` subclass: ``parent.source`` is then the design's class, not the kit). No document:
+    the parent is the grounding."""
+    if form not in EDIT_FORMS:
+        raise ValueError(f"edits are asked in the forms {list(EDIT_FORMS)}, got {form!r}")
+    if parent.win_rate is None:
+        raise ValueError("an edit needs the parent's measured win rate")
+    direction = edit_direction(parent.win_rate, parent.frontier)
+    why = "it wins it often" if direction == "harder" else "it wins it rarely"
+    change = (
+        "bigger numbers, more steps or more choices"
+        if direction == "harder"
+        else "smaller numbers, fewer steps or fewer choices"
+    )
+    shown = (
+        f"A task that trains the skill {parent.skill} ({measured(parent.win_rate, parent.frontier)}"
+        + (
+            f"; {100 * parent.win_rate_hint:.0f}% with the hint"
+            if parent.win_rate_hint is not None and form == "module"
+            else ""
+        )
+        + f"):\n```python\n{_cut_source(parent.source, config.max_example_chars).rstrip()}\n```"
+    )
+    if form == "module" and parent.hint:
+        shown += f"\nHint: {parent.hint}"
+    request = (
+        f"Write an edited version of this task that is a little {direction}: {why}. Keep what works and "
+        f"change the difficulty ({change}), so that the agent wins it {_band_words(parent.frontier)}. "
+        "Draw every number with rng, so that each seed gives a new instance."
+    )
+    if form == "question":
+        request += " Give the class a new name ending in Env."
+        return [
+            {"role": "system", "content": _QUESTION_SYSTEM},
+            {"role": "user", "content": shown + "\n\n" + request},
+        ]
+    setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES
+    system = (
+        "You design executable training environments for an AI agent. "
+        "You write correct, self-contained Python.\n\n" + _CONTRACT + "\n\n" + setting_rules
+    )
+    answer = "Answer with the complete module in one ```python code block"
+    if config.hint_mode in ("inline", None):
+        answer += (
+            f", then a hint for the agent between <hint> and </hint>: {config.hint.describe()}, "
+            "a strategy that helps, never the answer itself."
+        )
+    else:
+        answer += "."
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "\n\n".join([shown, request, answer])},
+    ]
 
 
 # --- the "tool_kit" form: a design is a ToolUseTask subclass (spade_rl.envs.kits, kit "tool_use") -------

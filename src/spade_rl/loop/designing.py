@@ -21,6 +21,16 @@ rounds, inference-only as in the reference: the first design keeps its verdict a
 repaired one is archived (``metadata.repair_of``) and played, and its generation (token ids dropped)
 never trains (both in ``loop/design_extras.py``). Form ``tool_kit`` writes a ``ToolUseTask`` subclass
 (kit "tool_use").
+
+Every example the designer is shown carries the agent's measured no-hint win rate and its label against
+the archive's frontier (too hard, at the frontier, too easy: ``design.prompts.difficulty``). Edits
+(``design.edit_share``, issue 40): that share of the proposals, drawn per proposal, is asked instead for an
+edited version of one of the archive's frontier entries (a valid, unflagged environment whose latest
+no-hint win rate lies inside the frontier), harder when the agent wins it at least as often as the
+frontier's middle, easier otherwise; its only parent is that entry. As the agent improves, other
+environments enter the frontier, and the edits follow them. A proposal drawn for an edit when there is
+no frontier entry gets the usual prompt; the archive records which prompt each proposal had
+(``metadata.prompt``: "edit", with ``edit_of`` and ``edit_win_rate``, or "edit_fallback").
 """
 
 from __future__ import annotations
@@ -31,10 +41,11 @@ import logging
 import random
 from dataclasses import dataclass, field
 
-from spade_rl.archive import Archive, MemorySample
+from spade_rl.archive import Archive, EnvRecord, MemorySample, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.parse import Parsed, parse_design, parse_hint, parse_kit_design, parse_question_design
 from spade_rl.design.prompts import (
+    EDIT_FORMS,
     GAME_SKILLS,
     HINT_MODES,
     QUESTION_PREFIX,
@@ -47,6 +58,8 @@ from spade_rl.design.prompts import (
     PromptConfig,
     ShownExample,
     designer_chat,
+    difficulty,
+    edit_chat,
     hint_chat,
     question_designer_chat,
     tool_kit_designer_chat,
@@ -109,6 +122,10 @@ class DesignPhaseConfig:
     # The designer's thinking mode (spade_rl.policy.thinking): "template" (the chat template's default),
     # "on" or "off" (enable_thinking passed to a template that has the switch; refused otherwise).
     thinking: str = "template"
+    # Ours (issue 40): the share of proposals asked to edit one of the archive's frontier entries (made
+    # harder if the agent wins it often, easier if rarely) instead of designing from a document. 0: never
+    # (the paper's). Forms "module" and "question"; needs the memory.
+    edit_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1):
@@ -116,6 +133,25 @@ class DesignPhaseConfig:
         if self.form not in FORMS:
             raise ValueError(f"design form {self.form!r}; allowed: {list(FORMS)}")
         check_thinking_mode("design.thinking", self.thinking)
+        if (
+            isinstance(self.edit_share, bool)
+            or not isinstance(self.edit_share, int | float)
+            or not 0.0 <= self.edit_share <= 1.0
+        ):
+            raise ValueError(
+                f"design edit_share must be a number in [0, 1] (the share of proposals that edit a "
+                f"frontier entry; 0: none), got {self.edit_share!r}"
+            )
+        if self.edit_share > 0 and self.form not in EDIT_FORMS:
+            raise ValueError(
+                f"design edit_share asks for edits in the forms {list(EDIT_FORMS)}; form is {self.form!r} "
+                "(set design.edit_share = 0)"
+            )
+        if self.edit_share > 0 and not self.memory:
+            raise ValueError(
+                "design edit_share edits the archive's frontier entries, which design.memory = false hides "
+                "from the designer: set design.edit_share = 0 or design.memory = true"
+            )
         if self.invalid not in INVALID_DESIGNS:
             raise ValueError(f"design invalid {self.invalid!r}; allowed: {list(INVALID_DESIGNS)}")
         for name in ("retries", "retries_grounded"):
@@ -187,33 +223,58 @@ class DesignPhaseConfig:
 DesignOutcome = Design  # the name of earlier releases
 
 
-def _memory_examples(sample: MemorySample) -> list[ShownExample]:
-    examples = []
-    for example in sample.examples:
-        stats = example.stats
-        examples.append(
-            ShownExample(
-                source=example.record.source,
-                hint=example.record.hint,
-                skill=example.record.skill,
-                win_rate=stats.win_rate_nohint if stats else 0.5,
-                win_rate_hint=stats.win_rate_hint if stats else 0.5,
-                positive=example.role == "positive",
-            )
-        )
-    return examples
+def _rates(stats: PlayStats | None) -> tuple[float | None, float | None]:
+    """The measured no-hint and hint win rates of a latest play (None where there were no such plays)."""
+    if stats is None:
+        return None, None
+    nohint = stats.win_rate_nohint if stats.episodes_nohint > 0 else None
+    return nohint, stats.win_rate_hint if stats.episodes_hint > 0 else None
 
 
-def _question_example(memory: MemorySample | None, skill: str, form: str = "question") -> str:
-    """The example a design in a kit form is shown: the code of a design of that kit from the memory
-    (a frontier one first), else the kit's built-in example for the skill."""
+def _shown(record: EnvRecord, stats: PlayStats | None, positive: bool, frontier: tuple[float, float]):
+    nohint, hint = _rates(stats)
+    return ShownExample(record.source, record.hint, record.skill, nohint, hint, positive, frontier)
+
+
+def _memory_examples(sample: MemorySample, frontier: tuple[float, float]) -> list[ShownExample]:
+    return [_shown(e.record, e.stats, e.role == "positive", frontier) for e in sample.examples]
+
+
+def _question_example(
+    memory: MemorySample | None, skill: str, form: str = "question"
+) -> tuple[str, float | None]:
+    """The example a design in a kit form is shown and its measured no-hint win rate: the code of a
+    design of that kit from the memory (a frontier one first), else the kit's built-in example for the
+    skill (not played: None)."""
     if memory is not None:
         ranked = sorted(memory.examples, key=lambda e: e.role != "positive")
         for example in ranked:
             part = kits.design_part(example.record.source, KIT_OF_FORM[form])
             if part:
-                return part
-    return kits.tool_example(skill) if form == "tool_kit" else kits.EXAMPLES[skill]
+                return part, _rates(example.stats)[0]
+    return (kits.tool_example(skill) if form == "tool_kit" else kits.EXAMPLES[skill]), None
+
+
+def frontier_entries(archive: Archive, setting: str, form: str) -> list[tuple[int, ShownExample]]:
+    """The environments a proposal may edit (``design.edit_share``), with their archive ids: valid,
+    unflagged, of ``setting``, whose latest no-hint win rate lies inside the archive's frontier
+    (inclusive); in the form "question" only designs of the question kit, shown as their class. In id
+    order."""
+    frontier = (archive.config.frontier_low, archive.config.frontier_high)
+    entries = []
+    for env_id, latest in sorted(archive.latest_stats(archive.ids(valid=True, setting=setting)).items()):
+        nohint, hint = _rates(latest.stats)
+        if nohint is None or difficulty(nohint, frontier) != "at the frontier":
+            continue
+        record = archive.get(env_id)
+        if record.flagged is not None:
+            continue
+        source = record.source if form == "module" else kits.design_part(record.source, "question")
+        if source:
+            entries.append(
+                (env_id, ShownExample(source, record.hint, record.skill, nohint, hint, True, frontier))
+            )
+    return entries
 
 
 def generate_with_prefix(
@@ -253,33 +314,54 @@ def design_environments(
     skills = config.skill_list
     if config.skills_per_phase is not None:  # skill rotation: this phase's skills
         skills = tuple(rng.sample(list(skills), config.skills_per_phase))
+    frontier = (archive.config.frontier_low, archive.config.frontier_high)
+    editable = frontier_entries(archive, config.setting, config.form) if config.edit_share > 0 else []
     plans = []
     for index in range(config.n):
         skill = skills[rng.randrange(len(skills))]
+        prompt: dict = {}
+        if config.edit_share > 0 and rng.random() < config.edit_share:
+            if editable:  # edit a frontier entry: its skill, no document, the entry its only parent
+                parent_id, parent = editable[rng.randrange(len(editable))]
+                chat = edit_chat(parent, config.form, config.chat_prompt)
+                prompt = {"prompt": "edit", "edit_of": parent_id, "edit_win_rate": parent.win_rate}
+                plans.append((parent.skill, None, (parent_id,), chat, prompt))
+                log.debug("design %d: edit of env %d (win rate %.2f)", index, parent_id, parent.win_rate)
+                continue
+            prompt = {"prompt": "edit_fallback"}  # no frontier entry: the usual prompt
         document = corpus.sample(rng, 1)[0] if config.grounding else None
         memory = archive.sample_memory(rng, setting=config.setting) if config.memory else None
         text, title = (document.text, document.title or "") if document is not None else ("", "")
         if config.form == "question":
+            shown, win_rate = _question_example(memory, skill)
             chat = question_designer_chat(
-                text, skill, _question_example(memory, skill), config.chat_prompt, title
+                text, skill, shown, config.chat_prompt, title, win_rate=win_rate, frontier=frontier
             )
         elif config.form == "tool_kit":
             # One task type per design, drawn with the reference's weights (_TASK_TYPE_ROTATION).
             [task_type] = rng.choices(list(TOOL_TASK_WEIGHTS), weights=list(TOOL_TASK_WEIGHTS.values()))
-            example = _question_example(memory, skill, "tool_kit")
+            example, _ = _question_example(memory, skill, "tool_kit")
             chat = tool_kit_designer_chat(text, skill, example, task_type, config.chat_prompt, title)
         else:
-            examples = _memory_examples(memory) if memory is not None else []
+            examples = _memory_examples(memory, frontier) if memory is not None else []
             chat = designer_chat(text, skill, examples, config.chat_prompt, title)
         document_id = document.id if document is not None else None
         parents = memory.parent_ids if memory is not None else ()
-        plans.append((skill, document_id, parents, chat))
+        plans.append((skill, document_id, parents, chat, prompt))
         log.debug(
             "design %d: skill %s, document %s, memory %s",
             index,
             skill,
             document_id,
             memory.message if memory is not None else "off",
+        )
+    if config.edit_share > 0:
+        kinds = [plan[4].get("prompt") for plan in plans]
+        log.info(
+            "design phase: %d edits of %d frontier entries, %d drawn for an edit found none",
+            kinds.count("edit"),
+            len(editable),
+            kinds.count("edit_fallback"),
         )
     designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0)
     latest = list(designs)
@@ -352,7 +434,7 @@ def _attempt(
         stop=stop,
         include_stop_string=True,
     )
-    chats = [chat for *_, chat in plans]
+    chats = [plan[3] for plan in plans]  # (skill, document id, parents, chat[, prompt metadata])
     need_hint = config.hint_mode == "inline"
     if config.form == "question":
         generations = generate_with_prefix(policy, chats, QUESTION_PREFIX, sampling, thinking)
@@ -417,9 +499,9 @@ def _attempt(
         judged = llm_validate(policy, config, parsed, reports, thinking, rng)
 
     outcomes = []
-    for i, ((skill, document_id, parents, chat), generation, result) in enumerate(
-        zip(plans, generations, parsed, strict=True)
-    ):
+    for i, (plan, generation, result) in enumerate(zip(plans, generations, parsed, strict=True)):
+        skill, document_id, parents, chat = plan[:4]
+        prompt = plan[4] if len(plan) > 4 else {}  # a repair's plan has none: its metadata says repair_of
         report = reports[i]
         valid = report is not None and report.valid
         reason = report.reason if report is not None else result.reason
@@ -445,6 +527,7 @@ def _attempt(
                 **({"attempt": attempt} if attempt else {}),
                 **({"repair": repair[0], "repair_of": repair[1][i]} if repair else {}),
                 **({"llm_validator": judged[i]} if i in judged else {}),
+                **prompt,
             },
             env_kwargs=report.env_kwargs if valid else None,
         )
