@@ -70,7 +70,7 @@ from spade_rl.loop.stages import (
     iteration_metrics,
     merged_played,
 )
-from spade_rl.loop.warmup import warm_up
+from spade_rl.loop.warmup import WarmupPlay, warm_up
 from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
@@ -109,7 +109,8 @@ class SelfPlay:
         thinking_flag(self.policy, config.design.thinking, key="design.thinking")
         self.corpus = Corpus.from_config(config.corpus)
         # The designer's warm-up (from the cache after the first time): the starting weights of every role.
-        warmup = warm_up(self.policy, config.warmup, config.design, self.corpus)
+        play = WarmupPlay(config.sandbox, config.rollout)  # how warmup.measure_plays plays its candidates
+        warmup = warm_up(self.policy, config.warmup, config.design, self.corpus, play)
         if warmup:
             self.files.write_warmup(warmup)
         # A frozen designer is copied before anything trains or a checkpoint is loaded: the starting weights.
