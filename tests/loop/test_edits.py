@@ -140,3 +140,39 @@ def test_bad_edit_settings_say_what_is_allowed(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
     assert load_config(None, ["design.edit_share=0.5"]).design.edit_share == 0.5
+
+
+@pytest.mark.slow
+def test_a_run_edits_what_its_agent_won_sometimes_end_to_end(tmp_path):
+    """Two iterations with the tiny model as agent, the learnability reward and every proposal drawn for an
+    edit: the first finds no frontier entry (nothing played yet) and asks as usual; iteration 1's play of
+    one design is then set to a win rate on the frontier (the tiny random model wins the parity game at
+    chance, rarely inside it), and iteration 2 edits that design, validates and plays the edits."""
+    from fixture_envs import SMALL, scripted_roles
+    from spade_rl.loop.run import SelfPlay
+    from spade_rl.policy import tiny_random_model
+
+    model, tokenizer = tiny_random_model(seed=0)
+    roles = scripted_roles(model, tokenizer, [])
+    asked: list[str] = []
+    sources = iter(PARITY.replace("ParityEnv", f"Parity{i}Env") for i in range(100))
+    roles["designer_policy"] = FakePolicy(
+        lambda chat: (asked.append(chat[-1]["content"]), designer_output(next(sources)))[1],
+        tokenizer=tokenizer,
+    )
+    overrides = [*SMALL, "pool.reference=[]", "design.edit_share=1.0", "rewards.mode='learnability'"]
+    with SelfPlay(load_config(None, overrides), tmp_path / "run", **roles) as run:
+        iterations = run.iterations()
+        first = next(iterations)
+        [parent, *_] = run.archive.ids(origin="designer", valid=True)
+        run.archive.record_stats(parent, 1, stats(0.75))
+        second = next(iterations)
+        records = {i: run.archive.get(i) for i in run.archive.ids(origin="designer")}
+        played = run.archive.latest_stats()
+    assert "designer/reward_mean" in first and "designer/reward_mean" in second
+    assert [r.metadata["prompt"] for r in records.values() if r.iteration == 1] == ["edit_fallback"] * 2
+    edits = [r for r in records.values() if r.iteration == 2]
+    assert len(edits) == 2 and all(r.metadata["prompt"] == "edit" for r in edits)
+    assert all(r.metadata["edit_of"] == parent and r.parents == (parent,) and r.valid for r in edits)
+    assert all(played[r.env_id].iteration == 2 for r in edits)  # the edits were played
+    assert sum("a little harder: it wins it often" in user for user in asked) == 2
