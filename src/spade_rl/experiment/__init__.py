@@ -14,7 +14,7 @@ Baselines and ablations are not separate code: each arm is a configuration of th
 """
 
 from spade_rl.experiment.runner import Outcome, RunRecord, compare_finished, run_experiment
-from spade_rl.experiment.spec import Arm, Budget, Experiment, ExperimentError, load_experiment
+from spade_rl.experiment.spec import Arm, Budget, Experiment, ExperimentError, ScoreGroup, load_experiment
 
 __all__ = [
     "Arm",
@@ -23,6 +23,7 @@ __all__ = [
     "ExperimentError",
     "Outcome",
     "RunRecord",
+    "ScoreGroup",
     "compare_finished",
     "load_experiment",
     "run_experiment",

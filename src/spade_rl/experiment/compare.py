@@ -18,9 +18,18 @@ interval and its paired sign-flip tests against the same two references
 seeds and test the arm once against the base model and the baseline; a per-category table (each held-out
 environment or task family) shows where a difference comes from.
 
+Score groups (the experiment's ``[scores]``, :class:`~spade_rl.experiment.spec.ScoreGroup`) each get a
+table of their own over their games only, the first the primary score: the base model's and every
+arm's win rate and mean return per seed and pooled over seeds, each tested with the paired sign-flip
+test on the group's items against the base model and the baseline arm (on wins, which are 0 or 1, the
+sign-flip test is McNemar's exact test). A game in no group is in neither score.
+
 The training summary reads each run's ``metrics.jsonl``: iterations, seconds, designs proposed and
 valid, and the agent's win rate, the fraction of played environments on the frontier and
-the regret, as means over the first and the last third of the iterations.
+the regret, as means over the first and the last third of the iterations. Beside it, the cost of
+each run: its seconds of training and the tokens its updates trained on, the agent's and the
+designer's (completion tokens with a loss, ``train/<role>/model_tokens``), and every token the updates
+processed (``train/num_tokens``, prompts included), summed over its iterations.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from pathlib import Path
 from spade_rl.evaluate.results import ALPHA, EvalResult, compare
 from spade_rl.experiment import paired
 from spade_rl.experiment.arm_run import RunRecord
-from spade_rl.experiment.spec import Experiment
+from spade_rl.experiment.spec import Experiment, ScoreGroup
 from spade_rl.loop.stages import upgrade_metrics
 
 FORMAT = "spade-rl-comparison/1"
@@ -100,6 +109,7 @@ def build_comparison(experiment: Experiment, records: list[RunRecord]) -> dict:
             "options": experiment.evaluation.options,
         },
         "suites": suites,
+        "scores": [_group(group, records, read, experiment) for group in experiment.scores],
         "training": [_training(record) for record in records],
     }
 
@@ -226,6 +236,83 @@ def _categories(suite: str, records: list[RunRecord], read, experiment: Experime
     return out
 
 
+def _group(group: ScoreGroup, records: list[RunRecord], read, experiment: Experiment) -> dict:
+    """One score group: the base model's and each arm's win rate and mean return over the group's games,
+    per seed and pooled over seeds, each tested (paired sign-flip on the group's items) against the base
+    model and the baseline arm."""
+
+    def items(path: Path) -> list:
+        return [i for i in _items(read(path), group.suite) if i.detail.get("category") in group.categories]
+
+    def values(found: list, value: str) -> dict[str, float]:
+        return paired.by_item(found, value)
+
+    starts = list(dict.fromkeys(r.start_path for r in records))
+    base = []
+    for path in starts:
+        found = items(path)
+        base.append(
+            {
+                "start": path.name,
+                "arms": [
+                    a.name
+                    for a in experiment.arms
+                    if any(r.arm == a.name and r.start_path == path for r in records)
+                ],
+                "win": paired.summary(values(found, "correct")),
+                "return": paired.summary(values(found, "score")),
+                "n": len(found),
+            }
+        )
+    baseline = {r.seed: r for r in records if r.arm == experiment.baseline}
+    rows = []
+    for record in records:
+        end, start = items(record.end_path), items(record.start_path)
+        other = baseline.get(record.seed)
+        against = other is not None and other is not record
+        row = {"arm": record.arm, "seed": record.seed, "n": len(end)}
+        for value, name in (("correct", "win"), ("score", "return")):
+            row[name] = paired.summary(values(end, value))
+            row[f"{name}_vs_base"] = paired.paired(values(start, value), values(end, value), ALPHA)
+            row[f"{name}_vs_baseline"] = (
+                paired.paired(values(items(other.end_path), value), values(end, value), ALPHA)
+                if against
+                else None
+            )
+        rows.append(row)
+    pooled = []
+    if len(experiment.seeds) > 1:
+        by_arm: dict[str, list[RunRecord]] = {}
+        for record in records:
+            by_arm.setdefault(record.arm, []).append(record)
+        pools = {
+            arm: {v: paired.pooled([items(r.end_path) for r in runs], v) for v in ("correct", "score")}
+            for arm, runs in by_arm.items()
+        }
+        for arm, runs in by_arm.items():
+            start = items(runs[0].start_path)
+            row = {"arm": arm, "seeds": [r.seed for r in runs]}
+            for value, name in (("correct", "win"), ("score", "return")):
+                row[name] = paired.summary(pools[arm][value])
+                row[f"{name}_vs_base"] = paired.paired(values(start, value), pools[arm][value], ALPHA)
+                reference = pools.get(experiment.baseline)
+                row[f"{name}_vs_baseline"] = (
+                    paired.paired(reference[value], pools[arm][value], ALPHA)
+                    if reference is not None and arm != experiment.baseline
+                    else None
+                )
+            pooled.append(row)
+    return {
+        "name": group.name,
+        "suite": group.suite,
+        "categories": list(group.categories),
+        "primary": group == experiment.scores[0],
+        "base": base,
+        "rows": rows,
+        "pooled": pooled,
+    }
+
+
 def _means(rows: list[dict], experiment: Experiment) -> list[dict]:
     if len(experiment.seeds) < 2:
         return []
@@ -260,11 +347,22 @@ def _training(record: RunRecord) -> dict:
             round((m.get("designer/valid_rate") or 0.0) * (m.get("designer/proposed") or 0)) for m in lines
         ),
         "updates": sum(1 for m in lines if not m.get("train/skipped")),
+        # What the updates trained on: completion tokens with a loss per role, every token processed
+        # (None where the run's metrics have no such key: runs from before it was recorded)
+        "agent_tokens": _total(lines, "train/agent/model_tokens"),
+        "designer_tokens": _total(lines, "train/designer/model_tokens"),
+        "processed_tokens": _total(lines, "train/num_tokens"),
+        "update_seconds": _total(lines, "time/update_s"),
     }
     third = max(1, len(lines) // 3)
     for key in ("agent/win_rate", "frontier/fraction", "regret/mean"):
         summary[key] = {"first": _mean(lines[:third], key), "last": _mean(lines[-third:], key)}
     return summary
+
+
+def _total(lines: list[dict], key: str) -> float | None:
+    values = [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+    return float(sum(values)) if values else None
 
 
 def _mean(lines: list[dict], key: str) -> float | None:
@@ -308,8 +406,10 @@ def to_markdown(comparison: dict) -> str:
         f"the items differ); 'noise' means p >= {comparison['alpha']}. Mean returns (partial credit) have "
         "95% bootstrap intervals; their differences are tested with the paired sign-flip test.",
     ]
+    for group in comparison.get("scores") or []:
+        out += _group_markdown(group, baseline)
     for suite, table in comparison["suites"].items():
-        out += ["", f"## {suite}", ""]
+        out += ["", f"## {suite}" + (" (every game)" if comparison.get("scores") else ""), ""]
         header = ["arm", "seed", "score %", "95% CI", "n", "vs base (pp)"]
         if baseline:
             header.append(f"vs {baseline} (pp)")
@@ -362,8 +462,72 @@ def to_markdown(comparison: dict) -> str:
         for key in ("agent/win_rate", "frontier/fraction", "regret/mean"):
             cells.append(f"{_num(t[key]['first'])} → {_num(t[key]['last'])}")
         out.append("| " + " | ".join(cells) + " |")
+    out += _cost_markdown(comparison["training"])
     out += ["", "![training curves](curves.png)", ""]
     return "\n".join(out)
+
+
+def _group_markdown(group: dict, baseline: str) -> list[str]:
+    """A score group's table: base, each arm and seed, and the arms pooled over seeds."""
+    title = "Primary score" if group.get("primary") else "Score"
+    out = [
+        "",
+        f"## {title}: {group['name']} ({', '.join(group['categories'])})",
+        "",
+        "Win % over these games only, 95% bootstrap interval over their items; differences in points, "
+        "paired sign-flip test on the items (McNemar's exact test for wins); then the mean return.",
+        "",
+    ]
+    header = ["arm", "seed", "n", "win %", "95% CI", "vs base (pp)"]
+    header += [f"vs {baseline} (pp)"] if baseline else []
+    header += ["mean return [95% CI]", "vs base (return)"]
+    header += [f"vs {baseline} (return)"] if baseline else []
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    several = len(group["base"]) > 1
+    for base in group["base"]:
+        label = "base model" + (f" ({', '.join(base['arms'])})" if several else "")
+        cells = [label, "-", str(base["n"]), _pct(base["win"]["mean"]), _ci(base["win"]["ci"]), ""]
+        cells += [""] if baseline else []
+        cells += [_ret(base["return"]), ""] + ([""] if baseline else [])
+        out.append("| " + " | ".join(cells) + " |")
+    for row in [
+        *group["rows"],
+        *({**r, "seed": "pooled " + ", ".join(map(str, r["seeds"]))} for r in group["pooled"]),
+    ]:
+        n = row.get("n", row["win"].get("n", "-"))
+        cells = [row["arm"], str(row["seed"]), str(n), _pct(row["win"]["mean"]), _ci(row["win"]["ci"])]
+        cells.append(_pdiff(row["win_vs_base"], scale=100))
+        if baseline:
+            cells.append("" if row["arm"] == baseline else _pdiff(row["win_vs_baseline"], scale=100))
+        cells += [_ret(row["return"]), _pdiff(row["return_vs_base"])]
+        if baseline:
+            cells.append("" if row["arm"] == baseline else _pdiff(row["return_vs_baseline"]))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _cost_markdown(training: list[dict]) -> list[str]:
+    """Each run's training seconds and trained tokens side by side (a dash: not in its metrics)."""
+    header = ["arm", "seed", "training s", "update s", "agent tokens trained", "designer tokens trained"]
+    header += ["tokens processed"]
+    out = [
+        "",
+        "Training cost: seconds of training (the budget) and of updates, completion tokens trained on per "
+        "role (train/<role>/model_tokens) and every token the updates processed (train/num_tokens), "
+        "summed over the run's iterations:",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for t in training:
+        cells = [t["arm"], str(t["seed"]), f"{t['train_seconds']:.0f}", _count(t.get("update_seconds"))]
+        cells += [_count(t.get(k)) for k in ("agent_tokens", "designer_tokens", "processed_tokens")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _pooled_markdown(pooled: list[dict], baseline: str) -> list[str]:

@@ -10,7 +10,8 @@ never records (the designer's valid rate of the fixed-pool arm) is simply absent
 Then two panels per held-out suite, its win rate and its mean return, read from the evaluation files
 themselves: the start (shared), every in-loop evaluation (``RUN_DIR/eval/iter-NNNN.json``) and the end,
 against the seconds of training spent (evaluations not counted): arms that run iterations at different
-speeds (the fixed pool designs nothing) meet on the same budget axis.
+speeds (the fixed pool designs nothing) meet on the same budget axis. Score groups (the experiment's
+``[scores]``, given as ``groups``) add the same two panels over their games only, the primary first.
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ def _series(lines: list[dict], key: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _held_out(record: RunRecord, lines: list[dict]) -> dict[str, list[tuple[float, dict]]]:
-    """Suite -> [(seconds of training, {"win", "return"})] from the start, in-loop and end evaluations."""
+def _held_out(
+    record: RunRecord, lines: list[dict], groups: tuple = ()
+) -> dict[str, list[tuple[float, dict]]]:
+    """Suite -> [(seconds of training, {"win", "return"})] from the start, in-loop and end evaluations;
+    and ``score <name>`` -> the same over the games of each score group."""
     from spade_rl.evaluate.results import EvalResult
 
     spent, total = {}, 0.0
@@ -68,15 +72,24 @@ def _held_out(record: RunRecord, lines: list[dict]) -> dict[str, list[tuple[floa
             continue
         for name, suite in result.suites.items():
             scored = [i for i in suite.items if not i.error]  # errors are not answers (ItemResult.error)
-            if scored:
-                win = sum(1 for i in scored if i.correct) / len(scored)
-                mean_return = sum(i.score for i in scored) / len(scored)
-                points.setdefault(name, []).append((seconds, {"win": win, "return": mean_return}))
+            _add(points, name, seconds, scored)
+            for group in groups:
+                if group.suite == name:
+                    mine = [i for i in scored if i.detail.get("category") in group.categories]
+                    _add(points, f"score {group.name}", seconds, mine)
     return points
 
 
-def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
-    """Draw the curves of ``records`` into ``path`` (PNG); raises ``ImportError`` without matplotlib."""
+def _add(points: dict, key: str, seconds: float, scored: list) -> None:
+    if scored:
+        win = sum(1 for i in scored if i.correct) / len(scored)
+        mean_return = sum(i.score for i in scored) / len(scored)
+        points.setdefault(key, []).append((seconds, {"win": win, "return": mean_return}))
+
+
+def plot_curves(records: list[RunRecord], path: Path, title: str = "", groups: tuple = ()) -> Path:
+    """Draw the curves of ``records`` into ``path`` (PNG); raises ``ImportError`` without matplotlib.
+    ``groups``: the experiment's score groups (:class:`~spade_rl.experiment.spec.ScoreGroup`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display
@@ -90,8 +103,10 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "") -> Path:
         runs.append(
             (record, [upgrade_metrics(json.loads(line)) for line in text.splitlines() if line.strip()])
         )
-    held_out = {id(record): _held_out(record, lines) for record, lines in runs}
-    suites = sorted({suite for points in held_out.values() for suite in points})
+    held_out = {id(record): _held_out(record, lines, groups) for record, lines in runs}
+    found = {suite for points in held_out.values() for suite in points}
+    scores = [f"score {g.name}" for g in groups if f"score {g.name}" in found]  # in the file's order
+    suites = [*scores, *sorted(found - set(scores))]
     eval_panels = [
         (f"held-out:{suite}:{value}", f"held-out {suite}: {label}")
         for suite in suites

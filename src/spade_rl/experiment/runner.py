@@ -112,7 +112,7 @@ def _write_outcome(
     warnings: list[str] = []
     figure: Path | None = folder / "curves.png"
     try:
-        plot_curves(records, figure, title=f"{experiment.name}: training curves")
+        plot_curves(records, figure, title=f"{experiment.name}: training curves", groups=experiment.scores)
     except ImportError:
         warnings.append("no figure: matplotlib is not installed (pip install 'spade-rl[report]')")
         figure = None

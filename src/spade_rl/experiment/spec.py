@@ -25,6 +25,10 @@ A file (TOML) looks like this; every path is relative to the file's folder::
     [eval.options.envs]
     envs = ["maze", "lights"]
 
+    [scores]                               # optional: named scores over the envs suite's games, the
+    primary = ["sequence", "oddword"]      #   first the primary one (comparison.md gives each its own
+    pool = ["maze"]                        #   table, pooled over seeds, tested against base and baseline)
+
     [arms.fixed-pool]                      # arms run in the order of the file
     overrides = ["designer.source='none'"]
     [arms.spade]
@@ -67,6 +71,7 @@ EXPERIMENT_KEYS = (
 )
 PLACEMENTS = ("in-turn", "ray")
 ARM_KEYS = ("config", "overrides")
+SCORE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -135,6 +140,16 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class ScoreGroup:
+    """A named score over some of the envs suite's games (their categories): the primary held-out score
+    on families no arm trains on, or the pool's own games as a second, separate score."""
+
+    name: str
+    categories: tuple[str, ...]
+    suite: str = "envs"
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     path: Path  # the experiment file
@@ -144,6 +159,9 @@ class Experiment:
     evaluation: EvalConfig
     arms: tuple[Arm, ...]
     placement: Placement = Placement()
+    # [scores]: named groups of the evaluation's games, the first the primary score. They decide how the
+    # comparison reads the results, not the results: left out of ``resolved()``, so a folder resumes.
+    scores: tuple[ScoreGroup, ...] = ()
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -208,10 +226,10 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(f"cannot read the experiment {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ExperimentError(f"{path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"experiment", "eval", "arms"})
+    unknown = sorted(set(data) - {"experiment", "eval", "arms", "scores"})
     if unknown:
         raise ExperimentError(
-            f"{path}: unknown table [{unknown[0]}]; allowed: [experiment], [eval], [arms.NAME]"
+            f"{path}: unknown table [{unknown[0]}]; allowed: [experiment], [eval], [scores], [arms.NAME]"
         )
     head = _table(data.get("experiment", {}), "[experiment]", path)
     _known(head, EXPERIMENT_KEYS, "[experiment]", path)
@@ -250,7 +268,10 @@ def load_experiment(path: str | Path) -> Experiment:
             '(or "" for no baseline)'
         )
     placement = _placement(head, path)
-    experiment = Experiment(name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms), placement)
+    scores = _scores(data.get("scores", {}), evaluation, path)
+    experiment = Experiment(
+        name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms), placement, scores
+    )
     for arm in experiment.arms:
         for seed in experiment.seeds:
             arm.config(seed, evaluation)  # every configuration checked before anything runs
@@ -311,6 +332,45 @@ def _evaluation(data: Any, path: Path) -> EvalConfig:
     except ConfigError as exc:
         raise ExperimentError(f"{path}: {exc}") from None
     return evaluation
+
+
+def _scores(data: Any, evaluation: EvalConfig, path: Path) -> tuple[ScoreGroup, ...]:
+    """The [scores] table: name = [games of the envs suite], each game one that the evaluation plays by
+    name (``[eval.options.envs] envs``), in no two groups."""
+    table = _table(data, "[scores]", path)
+    if not table:
+        return ()
+    if "envs" not in evaluation.suites:
+        raise ExperimentError(f"{path}: [scores] groups the envs suite's games, but eval.suites has no envs")
+    options = evaluation.options.get("envs", {})
+    named = options.get("envs", ())
+    named = [part.strip() for part in named.split(",")] if isinstance(named, str) else list(named)
+    if not named:
+        raise ExperimentError(
+            f"{path}: [scores] needs the games named in [eval.options.envs] envs (the environments of an "
+            "archive or of the default selection are not known before the runs)"
+        )
+    groups, seen = [], {}
+    for name, games in table.items():
+        if not SCORE_NAME.match(name):
+            raise ExperimentError(
+                f"{path}: score name {name!r}: a letter, then letters, digits, '_' or '-' (32 at most)"
+            )
+        if not isinstance(games, list) or not games or not all(isinstance(g, str) for g in games):
+            raise ExperimentError(
+                f"{path}: scores.{name} must be a non-empty list of game names, got {games!r}"
+            )
+        for game in games:
+            if game not in named:
+                raise ExperimentError(
+                    f"{path}: scores.{name}: {game!r} is not evaluated; [eval.options.envs] envs has "
+                    f"{', '.join(named)}"
+                )
+            if game in seen:
+                raise ExperimentError(f"{path}: scores.{name}: {game!r} is already in scores.{seen[game]}")
+            seen[game] = name
+        groups.append(ScoreGroup(name, tuple(games)))
+    return tuple(groups)
 
 
 def _config_file(folder: Path, value: str, key: str, path: Path) -> Path:

@@ -1,0 +1,184 @@
+"""Score groups of an experiment (issue 40, item 1): the primary held-out score over families no arm
+trains on and the pool's own games as a second score, each tested on its own items; and each run's
+training seconds and trained tokens side by side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spade_rl.evaluate.base import ItemResult, SuiteResult
+from spade_rl.evaluate.results import EvalResult
+from spade_rl.experiment import ExperimentError, RunRecord, load_experiment
+from spade_rl.experiment.compare import build_comparison, to_markdown
+
+EXPERIMENT = """
+[experiment]
+iterations = 1
+seeds = [0, 1]
+baseline = "a"
+overrides = ["policy.model='tiny-random'"]
+[eval]
+suites = ["envs"]
+[eval.options.envs]
+envs = ["guess", "sequence", "tally"]
+[scores]
+primary = ["sequence", "tally"]
+pool = ["guess"]
+[arms.a]
+[arms.b]
+overrides = ["design.memory=false"]
+"""
+
+GAMES = ("sequence", "sequence", "tally", "tally", "guess", "guess")
+
+
+def result(wins: list[int], model: str) -> EvalResult:
+    """One evaluation over GAMES, two items each; a win scores 1, a loss 0.25 (partial credit)."""
+    items = [
+        ItemResult(f"{game}/seed={i}", bool(w), 1.0 if w else 0.25, "", {"category": game})
+        for i, (game, w) in enumerate(zip(GAMES, wins, strict=True))
+    ]
+    return EvalResult(
+        model, "fake", 0, len(items), {"temperature": 0.6}, {"envs": SuiteResult("envs", "v1", items)}
+    )
+
+
+def write(tmp_path, body):
+    path = tmp_path / "exp.toml"
+    path.write_text(body)
+    return path
+
+
+def test_score_groups_are_read_and_checked(tmp_path):
+    spec = load_experiment(write(tmp_path, EXPERIMENT))
+    assert [(g.name, g.categories) for g in spec.scores] == [
+        ("primary", ("sequence", "tally")),
+        ("pool", ("guess",)),
+    ]
+    plain = load_experiment(
+        write(
+            tmp_path, EXPERIMENT.replace('[scores]\nprimary = ["sequence", "tally"]\npool = ["guess"]\n', "")
+        )
+    )
+    assert plain.scores == () and plain.resolved() == spec.resolved()  # they read results, decide none
+    cases = {
+        EXPERIMENT.replace('pool = ["guess"]', 'pool = ["maze"]'): (
+            r"scores.pool: 'maze' is not evaluated; \[eval.options.envs\] envs has guess, sequence, tally"
+        ),
+        EXPERIMENT.replace('pool = ["guess"]', 'pool = ["tally"]'): r"'tally' is already in scores.primary",
+        EXPERIMENT.replace('pool = ["guess"]', "pool = []"): "scores.pool must be a non-empty list",
+        EXPERIMENT.replace('pool = ["guess"]', '"2nd" = ["guess"]'): "score name '2nd'",
+        EXPERIMENT.replace('envs = ["guess", "sequence", "tally"]\n', ""): "needs the games named",
+        EXPERIMENT.replace("[scores]", "[score]"): r"unknown table \[score\]",
+    }
+    for body, message in cases.items():
+        with pytest.raises(ExperimentError, match=message):
+            load_experiment(write(tmp_path, body))
+
+
+def test_the_comparison_gives_each_score_its_own_tests_and_the_training_cost(tmp_path):
+    spec = load_experiment(write(tmp_path, EXPERIMENT))
+    start = tmp_path / "start.json"
+    result([0, 0, 0, 1, 1, 0], "base").write(start)
+    ends = {
+        ("a", 0): [0, 0, 0, 1, 1, 1],  # the baseline gains on its pool game only
+        ("a", 1): [0, 0, 0, 1, 1, 1],
+        ("b", 0): [1, 1, 1, 1, 1, 0],  # b wins every primary item, the pool as the base
+        ("b", 1): [1, 0, 1, 1, 1, 0],
+    }
+    records = []
+    for (arm, seed), wins in ends.items():
+        run_dir = tmp_path / f"{arm}-{seed}"
+        run_dir.mkdir()
+        lines = [
+            {"iteration": 1, "train/agent/model_tokens": 100.0, "train/designer/model_tokens": 40.0},
+            {
+                "iteration": 2,
+                "train/agent/model_tokens": 50.0,
+                "train/num_tokens": 900.0,
+                "time/update_s": 7.5,
+            },
+        ]
+        if arm == "a":  # a run whose metrics lack the designer's key (nothing recorded): a dash, not 0
+            for line in lines:
+                line.pop("train/designer/model_tokens", None)
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+        result(wins, arm).write(run_dir / "end.json")
+        records.append(
+            RunRecord(arm, seed, run_dir, 2, 120.0 + seed, "wall_time", start, run_dir / "end.json")
+        )
+    comparison = build_comparison(spec, records)
+    primary, pool = comparison["scores"]
+    assert primary["primary"] and not pool["primary"]
+    assert primary["categories"] == ["sequence", "tally"] and primary["base"][0]["n"] == 4
+    assert primary["base"][0]["win"]["mean"] == pytest.approx(0.25)
+    b0 = primary["rows"][2]
+    assert (b0["arm"], b0["seed"], b0["n"]) == ("b", 0, 4) and b0["win"]["mean"] == 1.0
+    # b seed 0 against the base on the primary items: three items won that the base lost: p = 2/8
+    assert b0["win_vs_base"]["diff"] == pytest.approx(0.75) and b0["win_vs_base"]["p_value"] == pytest.approx(
+        0.25
+    )
+    assert b0["win_vs_baseline"]["diff"] == pytest.approx(0.75)
+    assert primary["rows"][0]["win_vs_baseline"] is None  # the baseline against itself
+    pooled_a, pooled_b = primary["pooled"]
+    assert pooled_b["seeds"] == [0, 1] and pooled_b["win"]["mean"] == pytest.approx(0.875)
+    assert pooled_b["win_vs_baseline"]["diff"] == pytest.approx(0.625)
+    assert pooled_b["return_vs_baseline"]["diff"] == pytest.approx(0.625 * 0.75)
+    assert pooled_a["win_vs_base"]["diff"] == 0.0 and pooled_a["win_vs_baseline"] is None
+    # the pool's own game: a gains one item of two, b none
+    pa, pb = pool["pooled"]
+    assert pa["win_vs_base"]["diff"] == pytest.approx(0.5) and pb["win_vs_baseline"]["diff"] == pytest.approx(
+        -0.5
+    )
+    cost = {(t["arm"], t["seed"]): t for t in comparison["training"]}
+    assert cost[("b", 1)]["agent_tokens"] == 150.0 and cost[("b", 1)]["designer_tokens"] == 40.0
+    assert cost[("a", 0)]["designer_tokens"] is None and cost[("a", 0)]["processed_tokens"] == 900.0
+    assert cost[("b", 0)]["update_seconds"] == 7.5 and cost[("b", 1)]["train_seconds"] == 121.0
+
+    markdown = to_markdown(comparison)
+    assert "## Primary score: primary (sequence, tally)" in markdown
+    assert "## Score: pool (guess)" in markdown and "## envs (every game)" in markdown
+    assert markdown.index("Primary score") < markdown.index("Score: pool") < markdown.index("## envs")
+    assert "| b | pooled 0, 1 | 4 | 87.5 |" in markdown
+    assert "| base model | - | 4 | 25.0 |" in markdown
+    assert "| a | 0 | 120 | 8 | 150 | - | 900 |" in markdown
+    assert "| b | 1 | 121 | 8 | 150 | 40 | 900 |" in markdown
+
+
+def test_without_score_groups_the_comparison_is_as_before(tmp_path):
+    body = EXPERIMENT.replace('[scores]\nprimary = ["sequence", "tally"]\npool = ["guess"]\n', "")
+    spec = load_experiment(write(tmp_path, body))
+    start = tmp_path / "start.json"
+    result([0, 0, 0, 1, 1, 0], "base").write(start)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"iteration": 1}) + "\n")
+    result([1, 0, 0, 1, 1, 0], "a").write(run_dir / "end.json")
+    comparison = build_comparison(
+        spec, [RunRecord("a", 0, run_dir, 1, 3.0, "iterations", start, run_dir / "end.json")]
+    )
+    assert comparison["scores"] == []
+    markdown = to_markdown(comparison)
+    assert "## envs\n" in markdown and "Primary score" not in markdown
+    assert "| a | 0 | 3 | - | - | - | - |" in markdown  # training cost: nothing recorded
+
+
+def test_the_figure_draws_each_score_over_its_own_games(tmp_path):
+    from spade_rl.experiment.figure import _held_out, plot_curves
+
+    spec = load_experiment(write(tmp_path, EXPERIMENT))
+    start, run_dir = tmp_path / "start.json", tmp_path / "run"
+    run_dir.mkdir()
+    result([0, 0, 0, 1, 1, 0], "base").write(start)
+    result([1, 1, 0, 1, 0, 0], "a").write(run_dir / "end.json")
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "time/iteration_s": 5.0}) + "\n")
+    record = RunRecord("a", 0, run_dir, 1, 5.0, "iterations", start, run_dir / "end.json")
+    points = _held_out(record, [{"iteration": 1, "time/iteration_s": 5.0}], spec.scores)
+    assert [p[1]["win"] for p in points["score primary"]] == [0.25, 0.75]
+    assert [p[1]["win"] for p in points["score pool"]] == [0.5, 0.0]
+    assert [p[1]["win"] for p in points["envs"]] == [pytest.approx(2 / 6), 0.5]
+    pytest.importorskip("matplotlib")
+    figure = plot_curves([record], tmp_path / "curves.png", groups=spec.scores)
+    assert figure.stat().st_size > 0
