@@ -51,7 +51,7 @@ if [ -d "$CARRY/wheels" ]; then
     done
     if [ "${#missing[@]}" -gt 0 ]; then
         site=$(mktemp -d /tmp/spade-gpu-site.XXXXXX)
-        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "${missing[@]}" || exit 1
+        PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "${missing[@]}" || exit 1
         export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$site"
         echo "installed from $CARRY/wheels into $site: ${missing[*]##*/}"
     fi

@@ -110,3 +110,9 @@ def test_no_gpu_and_no_rehearsal_exits_2(gpu_check, capsys) -> None:
         pytest.skip("a CUDA GPU is here: the check would run")
     assert gpu_check.main([]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_what_would_not_fit_the_budget_is_not_started_and_fails(gpu_check, tmp_path: Path, capsys) -> None:
+    assert gpu_check.main(["--cpu-rehearsal", "--budget-s", "1", "--out", str(tmp_path)]) == 1
+    output = capsys.readouterr().out
+    assert "model                              FAIL  not run:" in output and "FAILED: 0 ok" in output
