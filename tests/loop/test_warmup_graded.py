@@ -22,6 +22,7 @@ from spade_rl.loop.warmup import (
     band_of,
     cache_key,
     draw_candidates,
+    edit_example,
     graded_examples,
     measure_candidates,
     select_graded,
@@ -151,3 +152,23 @@ def test_a_graded_warm_up_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert (
         cached["warmup/cached"] == 1.0 and cached["warmup/kept_never_won"] == stats["warmup/kept_never_won"]
     )
+
+
+def test_with_an_edit_share_the_warm_up_teaches_the_edit_prompt_one_level_over():
+    config = WarmupConfig(designs=3, candidates_per_design=1)
+    candidates = draw_candidates(config, QUESTION, Corpus.from_config())  # easy, medium, hard
+    editing = DesignPhaseConfig(form="question", edit_share=1.0)
+    rates = [
+        0.9,
+        0.25,
+        0.5,
+    ]  # easy won often: harder; medium won rarely: easier; hard won half: no level above
+    examples = graded_examples(config, editing, candidates, rates, [0, 1, 2])
+    users = [chat[1]["content"] for chat, _ in examples]
+    assert "a little harder: it wins it often" in users[0] and "class " in users[0]
+    assert "a little easier: it wins it rarely" in users[1]
+    assert "edited version" not in users[2]  # hard and won half the time: the usual prompt
+    first, second = (QUESTION_PREFIX + answer for _, answer in examples[:2])
+    assert "HarderEnv(QuestionTask)" in first and "EasierEnv(QuestionTask)" in second
+    assert parse_question_design(first).ok and parse_question_design(second).ok
+    assert edit_example(candidates[0], 0.0, editing, random.Random(0)) is None  # never won: no edit

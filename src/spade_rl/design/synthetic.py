@@ -23,6 +23,7 @@ import builtins
 import keyword
 import random
 import re
+from dataclasses import dataclass
 
 FALLBACK_WORDS = (
     "apple", "stone", "river", "lamp", "coin", "book", "tree", "cloud", "horse", "candle",
@@ -250,12 +251,20 @@ FAMILIES = {
 LEVELS = ("easy", "medium", "hard")
 
 
-def synthetic_design(
-    rng: random.Random, skill: str, document: str = "", level: str | None = None
-) -> tuple[str, str]:
-    """The code of one ``QuestionTask`` design for ``skill`` (a game skill) about ``document`` at
-    difficulty ``level`` (one of ``LEVELS``; None: drawn uniformly), and its hint. Deterministic for a
-    given ``rng`` state."""
+@dataclass(frozen=True)
+class Recipe:
+    """What a synthetic design is made of before its numbers and wording are drawn: the skill, the level,
+    the task family (a name of ``FAMILIES[skill]``) and the two document words it is about. The same
+    recipe at another level is the warm-up's edit of a design (:func:`render` with ``name_suffix``)."""
+
+    skill: str
+    level: str
+    family: str
+    words: tuple[str, str]
+
+
+def draw_recipe(rng: random.Random, skill: str, document: str = "", level: str | None = None) -> Recipe:
+    """A recipe for ``skill`` about ``document`` at ``level`` (None: drawn uniformly from ``LEVELS``)."""
     if skill not in FAMILIES:
         raise ValueError(f"no synthetic designs for skill {skill!r}; allowed: {sorted(FAMILIES)}")
     if level is None:
@@ -266,10 +275,28 @@ def synthetic_design(
     pool = words if len(words) >= 2 else [*words, *FALLBACK_WORDS]
     a, b = rng.sample(pool, 2)
     family = rng.choice(FAMILIES[skill])
-    lines, answer, hint = family(rng, a, b, LEVELS.index(level))
-    name = _camel(a, b, family.__name__.strip("_")) + "Env"
+    return Recipe(skill, level, family.__name__, (a, b))
+
+
+def render(rng: random.Random, recipe: Recipe, name_suffix: str = "") -> tuple[str, str]:
+    """The code of the ``QuestionTask`` design of ``recipe`` (its class named after the words and the
+    family, then ``name_suffix``) and its hint; the ranges and wording drawn from ``rng``."""
+    if recipe.level not in LEVELS:
+        raise ValueError(f"synthetic design level {recipe.level!r}; allowed: {list(LEVELS)}")
+    [family] = [f for f in FAMILIES[recipe.skill] if f.__name__ == recipe.family]
+    a, b = recipe.words
+    lines, answer, hint = family(rng, a, b, LEVELS.index(recipe.level))
+    name = _camel(a, b, family.__name__.strip("_"), name_suffix) + "Env"
     body = "\n".join("        " + line for line in lines)
     code = f"class {name}(QuestionTask):\n    def make(self, rng):\n{body}\n"
     code += f'        return question, {answer}\n\n    hint = "{hint}"\n'
-
     return code, hint
+
+
+def synthetic_design(
+    rng: random.Random, skill: str, document: str = "", level: str | None = None
+) -> tuple[str, str]:
+    """The code of one ``QuestionTask`` design for ``skill`` (a game skill) about ``document`` at
+    difficulty ``level`` (one of ``LEVELS``; None: drawn uniformly), and its hint. Deterministic for a
+    given ``rng`` state."""
+    return render(rng, draw_recipe(rng, skill, document, level))

@@ -18,9 +18,11 @@ makes of them: ``candidates_per_design * designs`` candidates (levels in turn), 
 turn one at the frontier, one too hard (won at least once), one too easy (:func:`select_graded`), and
 designs the agent never won only when the others run out; each prompt shows another kept candidate with
 its measured win rate and label, as the design phase shows its memory (or, half the time, the kit's
-example, unlabelled). So the designer learns the form on designs that span what the agent can win,
-not only on ones it never wins. What was measured and kept is in the cache entry's ``designs.json``
-and the ``warmup/kept_*`` metrics.
+example, unlabelled). With ``design.edit_share``, that share of the kept candidates that were won is
+taught as the design phase's edit prompt instead, answered by the same recipe one level harder (won at
+least as often as the frontier's middle) or easier. So the designer learns the form on designs that
+span what the agent can win, not only on ones it never wins. What was measured and kept is in the cache
+entry's ``designs.json`` and the ``warmup/kept_*`` metrics.
 
 The result is cached (``$SPADE_RL_CACHE/warmup/<key>/``, written whole or not at all): the key covers
 the model's weights, this configuration, the design form and prompt settings, the corpus settings,
@@ -33,6 +35,7 @@ default, and the paper's setting) turns it off.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -118,7 +121,8 @@ class WarmupPlay(NamedTuple):
 
 @dataclass(frozen=True)
 class Candidate:
-    """A synthetic design to measure: its skill, level, grounding document, code and hint."""
+    """A synthetic design to measure: its skill, level, grounding document, code and hint, and the
+    recipe it was rendered from (``recipe`` None: a design written elsewhere, which is never edited)."""
 
     skill: str
     level: str
@@ -126,6 +130,7 @@ class Candidate:
     title: str
     code: str
     hint: str
+    recipe: synthetic.Recipe | None = None
 
 
 def draw_candidates(config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus) -> list[Candidate]:
@@ -138,9 +143,9 @@ def draw_candidates(config: WarmupConfig, design: DesignPhaseConfig, corpus: Cor
         skill = skills[rng.randrange(len(skills))]
         document = corpus.sample(rng, 1)[0] if design.grounding else None
         text, title = (document.text, document.title or "") if document is not None else ("", "")
-        level = synthetic.LEVELS[j % len(synthetic.LEVELS)]
-        code, hint = synthetic.synthetic_design(rng, skill, text, level)
-        out.append(Candidate(skill, level, text, title, code, hint))
+        recipe = synthetic.draw_recipe(rng, skill, text, synthetic.LEVELS[j % len(synthetic.LEVELS)])
+        code, hint = synthetic.render(rng, recipe)
+        out.append(Candidate(skill, recipe.level, text, title, code, hint, recipe))
     return out
 
 
@@ -214,11 +219,20 @@ def graded_examples(
 ) -> list[tuple[list[dict], str]]:
     """(designer chat, answer) pairs for the ``chosen`` candidates: the chat as the design phase writes it
     in the question form, showing half the time the kit's built-in example (not played: unlabelled) and
-    otherwise another chosen candidate with its measured win rate and label; the answer is the candidate."""
+    otherwise another chosen candidate with its measured win rate and label; the answer is the candidate.
+    With ``design.edit_share``, that share of them is instead the design phase's edit prompt
+    (:func:`edit_example`) for a candidate that was won at least once."""
     examples = []
     for i in chosen:
         c = candidates[i]
         rng = random.Random(f"spade-rl/warmup/{config.seed}/shown/{i}")
+        if design.edit_share > 0 and rng.random() < design.edit_share:
+            edit = edit_example(
+                c, win_rates[i], design, random.Random(f"spade-rl/warmup/{config.seed}/edit/{i}")
+            )
+            if edit is not None:
+                examples.append(edit)
+                continue
         others = [j for j in chosen if j != i]
         if not others or rng.random() < 0.5:
             shown, rate = kits.EXAMPLES[c.skill], None
@@ -255,6 +269,26 @@ def warmup_examples(
     return examples
 
 
+def edit_example(
+    parent: Candidate, win_rate: float, design: DesignPhaseConfig, rng: random.Random
+) -> tuple[list[dict], str] | None:
+    """The edit prompt of the design phase (:func:`spade_rl.design.prompts.edit_chat`) for ``parent``,
+    answered by its recipe one level harder when the agent won it at least as often as the frontier's
+    middle, one level easier otherwise (the class renamed ``...HarderEnv`` or ``...EasierEnv``); None for a
+    parent never won, one without a recipe, or one already at the last level in that direction."""
+    if win_rate <= 0 or parent.recipe is None:
+        return None
+    direction = prompts.edit_direction(win_rate)
+    level = synthetic.LEVELS.index(parent.level) + (1 if direction == "harder" else -1)
+    if not 0 <= level < len(synthetic.LEVELS):
+        return None
+    shown = prompts.ShownExample(parent.code, parent.hint, parent.skill, win_rate, None, True)
+    chat = prompts.edit_chat(shown, "question", design.chat_prompt)
+    recipe = dataclasses.replace(parent.recipe, level=synthetic.LEVELS[level])
+    code, _ = synthetic.render(rng, recipe, direction.capitalize())
+    return chat, ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
+
+
 def cache_key(
     policy: Policy,
     config: WarmupConfig,
@@ -278,6 +312,8 @@ def cache_key(
         },
         "corpus": repr(corpus),
         **({"rollout": repr(play.rollout)} if config.measure_plays and play is not None else {}),
+        # the graded warm-up teaches the edit prompt in this share of its examples
+        **({"edit_share": design.edit_share} if config.measure_plays and design.edit_share else {}),
     }
     digest.update(json.dumps(settings, sort_keys=True, default=repr).encode())
     for module in (synthetic, prompts):
