@@ -100,11 +100,11 @@ def test_no_corpus_document_or_reference_file_describes_them():
     """The designer's examples come from the reference environments (the pool seeds the archive and
     memory) and the corpus documents: none of them holds a held-out family's game text."""
     phrases = {
-        "sequence": "Each number changes by the same amount",
-        "oddword": "does not belong",
+        "sequence": "Each number of this sequence changes by the same amount",
+        "oddword": "words belong to the same group",
         "tally": "How many times does the word",
         "opposite": "means the opposite of",
-        "pattern": "pattern of words that repeats",
+        "pattern": "This pattern of words repeats",
     }
     assert set(phrases) == set(heldout.NAMES)
     texts = [p.read_text(encoding="utf-8") for p in (SRC / "corpus").rglob("*.py")]
@@ -204,6 +204,8 @@ def test_numeric_families_say_too_high_or_too_low(name):
 def test_sizes_are_checked_with_a_message():
     with pytest.raises(ValueError, match="tries must be an integer from 1 to max_turns"):
         env_class("sequence")(tries=9)
+    with pytest.raises(ValueError, match="falling must be true or false"):
+        env_class("sequence")(falling=1)
     with pytest.raises(ValueError, match="options must be an integer from 3 to 8"):
         env_class("oddword")(options=2)
     with pytest.raises(ValueError, match="kinds must be an integer"):
@@ -214,20 +216,24 @@ def test_sizes_are_checked_with_a_message():
         env_class("pattern")(shown=3)
 
 
-def test_sequences_rise_and_fall_and_stay_positive():
+@pytest.mark.parametrize("falling", [False, True])
+def test_sequences_rise_and_with_falling_also_fall_and_stay_positive(falling):
     steps = set()
     for seed in range(2000):
-        env, _ = fresh("sequence", seed)
+        env, _ = fresh("sequence", seed, falling=falling)
         steps.add(env._shown[1] - env._shown[0])
         assert min(env._shown) >= 1 and env._answer >= 1
-    top = env.max_step
-    assert steps == {s for s in range(-top, top + 1) if abs(s) >= 2}
+    low, top = env.min_step, env.max_step
+    assert steps == {s for s in range(-top if falling else low, top + 1) if abs(s) >= low}
+    count = env.instances()
+    assert len({fresh("sequence", seed, falling=falling)[1] for seed in range(count)}) == count
 
 
 def test_tally_asks_for_counts_from_two_on():
     """Never 1 (a lazy policy's answer); up to MAX_COUNT where the list leaves room for the others."""
     counts = {fresh("tally", seed)[0]._count for seed in range(500)}
-    assert counts == {2, 3, 4, 5}
+    assert counts == {2, 3, 4}  # 6 words of 3 kinds: the two others at least once each
+    assert {fresh("tally", seed, length=10)[0]._count for seed in range(500)} == {2, 3, 4, 5}
     assert {fresh("tally", seed, length=4)[0]._count for seed in range(100)} == {2}
 
 

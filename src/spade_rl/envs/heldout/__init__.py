@@ -9,7 +9,11 @@ evaluation suite (``spade-rl eval --suite envs --option envs.envs=sequence,oddwo
 
 Every family draws its instance from the seed among many (thousands or more), so the evaluation's
 seeds do not replay one instance; its constructor's defaults are the sizes the experiments evaluate
-(``experiments/cpu-curriculum.toml``), chosen so that the base model wins some and not most.
+(``experiments/cpu-curriculum.toml``), chosen so that the base model wins some and not most: the
+default model (SmolLM2-135M-Instruct) wins sequence 22.9%, tally 14.6%, opposite 16.7% and pattern
+29.2% of 48 episodes (``experiments/results/heldout-base-rates``). It wins oddword 4.2% at its smallest
+sensible size (three words), below the 10% a primary score needs at this scale, so the CPU experiment
+leaves it out; it is kept for larger models.
 
     >>> from spade_rl.envs import heldout
     >>> heldout.NAMES
@@ -26,9 +30,9 @@ NAMES: tuple[str, ...] = ("sequence", "oddword", "tally", "opposite", "pattern")
 SETTINGS: dict[str, str] = dict.fromkeys(NAMES, "games")
 
 DESCRIPTIONS: dict[str, str] = {
-    "sequence": "Give the next number of a sequence with a constant step; too high/low feedback, 4 tries.",
-    "oddword": "Name the word of four that is not in the others' group (animals, fruits, ...); 2 tries.",
-    "tally": "Count how often one animal name appears in a list of ten; too high/low feedback, 2 tries.",
+    "sequence": "Give the next number of a sequence with a constant step; too high/low feedback, 6 tries.",
+    "oddword": "Name the word of three that is not in the others' group (animals, fruits, ...); 2 tries.",
+    "tally": "Count how often one animal name appears in a list of six; too high/low feedback, 2 tries.",
     "opposite": "Choose the opposite of a word among four choices; 2 tries.",
     "pattern": "Say which word continues a repeating pattern of words; 2 tries.",
 }

@@ -135,7 +135,7 @@ def last_boxed(text):
 
 
 class OddwordEnv:
-    def __init__(self, max_turns: int = 8, options: int = 4, tries: int = 2):
+    def __init__(self, max_turns: int = 8, options: int = 3, tries: int = 2):
         if not isinstance(options, int) or not 3 <= options <= 8:
             raise ValueError(f"options must be an integer from 3 to 8, got {options!r}")
         if not isinstance(tries, int) or not 1 <= tries <= min(max_turns, options - 1):
@@ -156,9 +156,9 @@ class OddwordEnv:
         self._wrong = 0
         self._done = False
         observation = (
-            f"Here are {self.options} words: {', '.join(self._words)}.\nAll of them but one belong to the "
-            "same group. Which word does not belong?\nWrite that word, as it is written above, inside "
-            f"\\boxed{{}}. You have {self.tries} tries."
+            f"All but one of these {self.options} words belong to the same group. Which word does not "
+            f"belong? Answer with one of the words below, inside \\boxed{{}}; you have {self.tries} tries.\n"
+            f"Words: {self._list()}"
         )
         return observation, self._info("start")
 
@@ -173,20 +173,24 @@ class OddwordEnv:
         if answer in self._words:
             verdict = f"No, {answer} belongs to the group."
         else:
-            verdict = f"I could not read one of the words ({', '.join(self._words)}) inside \\boxed{{}}."
+            verdict = "I could not read one of the words inside \\boxed{}."
         if self._wrong >= self.tries:
             self._done = True
             observation = (
                 f"{verdict} No tries left; {self._odd} was the odd one out (the others are {self._group})."
             )
             return observation, 0.0, True, False, self._info("lost")
-        return f"{verdict} Tries left: {self.tries - self._wrong}.", 0.0, False, False, self._info("wrong")
+        observation = f"{verdict} Tries left: {self.tries - self._wrong}.\nWords: {self._list()}"
+        return observation, 0.0, False, False, self._info("wrong")
 
     def solution(self) -> str:
         return f"\\boxed{{{self._odd}}}"
 
     def close(self) -> None:
         pass
+
+    def _list(self):
+        return ", ".join(self._words)
 
     @staticmethod
     def _parse(action):

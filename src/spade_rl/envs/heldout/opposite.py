@@ -86,9 +86,8 @@ class OppositeEnv:
         self._wrong = 0
         self._done = False
         observation = (
-            f"Which of these words means the opposite of '{self._word}'?\nChoices: "
-            f"{', '.join(self._choices)}\nWrite the chosen word, as it is written above, inside \\boxed{{}}. "
-            f"You have {self.tries} tries."
+            f"Which of the choices means the opposite of '{self._word}'? Write that word inside "
+            f"\\boxed{{}}; you have {self.tries} tries.\nChoices: {self._list()}"
         )
         return observation, self._info("start")
 
@@ -104,18 +103,22 @@ class OppositeEnv:
         if answer in self._choices:
             verdict = f"No, '{answer}' is not the opposite of '{self._word}'."
         else:
-            verdict = f"I could not read one of the choices ({', '.join(self._choices)}) inside \\boxed{{}}."
+            verdict = "I could not read one of the choices inside \\boxed{}."
         if self._wrong >= self.tries:
             self._done = True
             observation = f"{verdict} No tries left; the opposite of '{self._word}' is '{self._answer}'."
             return observation, 0.0, True, False, self._info("lost")
-        return f"{verdict} Tries left: {self.tries - self._wrong}.", 0.0, False, False, self._info("wrong")
+        observation = f"{verdict} Tries left: {self.tries - self._wrong}.\nChoices: {self._list()}"
+        return observation, 0.0, False, False, self._info("wrong")
 
     def solution(self) -> str:
         return f"\\boxed{{{self._answer}}}"
 
     def close(self) -> None:
         pass
+
+    def _list(self):
+        return ", ".join(self._choices)
 
     @staticmethod
     def _parse(action):

@@ -95,9 +95,8 @@ class PatternEnv:
         self._wrong = 0
         self._done = False
         observation = (
-            f"Here is a pattern of words that repeats: {' '.join(self._sequence)}\n"
-            "Which word comes after the last one?\nWrite that one word inside \\boxed{}. You have "
-            f"{self.tries} tries."
+            "This pattern of words repeats. Which word comes after the last one? Write that one word "
+            f"inside \\boxed{{}}; you have {self.tries} tries.\nPattern: {' '.join(self._sequence)}"
         )
         return observation, self._info("start")
 
@@ -117,7 +116,10 @@ class PatternEnv:
             self._done = True
             observation = f"{verdict} No tries left; {self._answer} came next."
             return observation, 0.0, True, False, self._info("lost")
-        return f"{verdict} Tries left: {self.tries - self._wrong}.", 0.0, False, False, self._info("wrong")
+        observation = (
+            f"{verdict} Tries left: {self.tries - self._wrong}.\nPattern: {' '.join(self._sequence)}"
+        )
+        return observation, 0.0, False, False, self._info("wrong")
 
     def solution(self) -> str:
         return f"\\boxed{{{self._answer}}}"

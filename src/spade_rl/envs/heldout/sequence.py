@@ -1,18 +1,28 @@
-"""Next term: continue a number sequence that grows or shrinks by the same step, with a few tries.
+"""Next term: continue a number sequence that grows (or shrinks) by the same step, with a few tries.
 
-A multi-turn game with feedback. ``reset`` draws an arithmetic sequence (a start, a step from 2 to
-``max_step`` that adds or subtracts, ``terms`` numbers shown) and asks for the number that comes next,
+A multi-turn game with feedback. ``reset`` draws an arithmetic sequence (a start, a step from ``min_step``
+to ``max_step`` that adds, or with ``falling`` also subtracts, ``terms`` numbers shown) and asks for the
+number that comes next,
 answered as ``\\boxed{31}``. A wrong answer is told whether it is too high or too low, and the agent
 tries again; the right number wins (reward 1.0); after ``tries`` wrong answers the episode ends
 (terminated, reward 0). A held-out family: never trained on, never shown to the designer.
 """
 
+import math
 import re
 
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 INTEGER = re.compile(r"[+-]?\d{1,9}")
-STARTS = 300  # starting points of a rising sequence (a falling one starts as far above its lowest)
-MULTIPLIER = 1_000_003  # a prime: no count of instances below it shares a factor with it
+STARTS = 2000  # starting points of a rising sequence (a falling one starts as far above its lowest)
+GOLDEN = 0.6180339887  # seeds in a row land far apart among the instances, not next to each other
+
+
+def _multiplier(count):
+    """The first number from ``GOLDEN * count`` on that shares no factor with ``count``."""
+    candidate = max(1, int(GOLDEN * count))
+    while math.gcd(candidate, count) != 1:
+        candidate += 1
+    return candidate
 
 
 def last_boxed(text):
@@ -22,25 +32,42 @@ def last_boxed(text):
 
 
 class SequenceEnv:
-    def __init__(self, max_turns: int = 8, tries: int = 6, terms: int = 4, max_step: int = 9):
+    def __init__(
+        self,
+        max_turns: int = 8,
+        tries: int = 6,
+        terms: int = 4,
+        min_step: int = 1,
+        max_step: int = 3,
+        falling: bool = False,
+    ):
         if not isinstance(tries, int) or not 1 <= tries <= max_turns:
             raise ValueError(f"tries must be an integer from 1 to max_turns ({max_turns}), got {tries!r}")
         if not isinstance(terms, int) or not 3 <= terms <= 8:
             raise ValueError(f"terms must be an integer from 3 to 8, got {terms!r}")
-        if not isinstance(max_step, int) or not 2 <= max_step <= 50:
-            raise ValueError(f"max_step must be an integer from 2 to 50, got {max_step!r}")
-        self.max_turns, self.tries, self.terms, self.max_step = max_turns, tries, terms, max_step
+        if (
+            not isinstance(min_step, int)
+            or not isinstance(max_step, int)
+            or not 1 <= min_step <= max_step <= 50
+        ):
+            raise ValueError(f"need integers 1 <= min_step <= max_step <= 50, got {min_step!r}, {max_step!r}")
+        if not isinstance(falling, bool):
+            raise ValueError(f"falling must be true or false, got {falling!r}")
+        self.max_turns, self.tries, self.terms = max_turns, tries, terms
+        self.min_step, self.max_step = min_step, max_step
+        self.falling = falling
         self._shown, self._answer, self._wrong = [], 0, 0
         self._done = True  # no episode until reset()
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         # The instance is the seed's place in a fixed permutation of all of them (multiplying by a number
-        # prime to their count): any ``instances()`` seeds in a row are distinct instances.
+        # prime to their count, near its golden section so that neighbouring seeds are far apart): any
+        # ``instances()`` seeds in a row are distinct instances.
         count = self.instances()
-        index = (0 if seed is None else seed) * MULTIPLIER % count
-        index, rising = divmod(index, 2)
-        index, step = divmod(index, self.max_step - 1)
-        step = (step + 2) * (1 if rising else -1)
+        index = (0 if seed is None else seed) * _multiplier(count) % count
+        index, rising = divmod(index, 2) if self.falling else (index, 1)
+        index, step = divmod(index, self.max_step - self.min_step + 1)
+        step = (step + self.min_step) * (1 if rising else -1)
         # A falling sequence starts high enough that every number, the answer too, stays positive.
         low = 1 if step > 0 else 1 - step * self.terms
         start = low + index
@@ -48,11 +75,10 @@ class SequenceEnv:
         self._answer = start + step * self.terms
         self._wrong = 0
         self._done = False
-        numbers = ", ".join(str(n) for n in self._shown)
         observation = (
-            f"Here is a sequence of numbers: {numbers}\nEach number changes by the same amount. Which "
-            "number comes after the last one?\nWrite the next number, one whole number, inside \\boxed{}. "
-            f"After a wrong answer I say whether it is too high or too low; you have {self.tries} tries."
+            "Each number of this sequence changes by the same amount. Write the number that comes next "
+            "inside \\boxed{}. After a wrong answer I say whether it is too high or too low; you have "
+            f"{self.tries} tries.\nSequence: {self._numbers()},"
         )
         return observation, self._info("start")
 
@@ -80,18 +106,22 @@ class SequenceEnv:
                 (self._info("lost")),
             )
         left = self.tries - self._wrong
-        return f"{verdict} Tries left: {left}.", 0.0, False, False, self._info("wrong")
+        observation = f"{verdict} Tries left: {left}.\nSequence: {self._numbers()},"
+        return observation, 0.0, False, False, self._info("wrong")
 
     def solution(self) -> list[str]:
         """The next number, computed from the step between the numbers shown."""
         return [f"\\boxed{{{self._shown[-1] + (self._shown[1] - self._shown[0])}}}"]
 
     def instances(self) -> int:
-        """How many distinct instances there are: a start, a step and its sign."""
-        return STARTS * (self.max_step - 1) * 2
+        """How many distinct instances there are: a start, a step and (``falling``) its sign."""
+        return STARTS * (self.max_step - self.min_step + 1) * (2 if self.falling else 1)
 
     def close(self) -> None:
         pass
+
+    def _numbers(self):
+        return ", ".join(str(n) for n in self._shown)
 
     @staticmethod
     def _parse(action):

@@ -1,7 +1,7 @@
 """Tally: count how often one word appears in a list, with feedback on a wrong count.
 
 A multi-turn game with feedback. ``reset`` draws a list of ``length`` words from ``kinds`` animal
-names and asks how many times one of them appears (2 to 5 times), answered as ``\\boxed{3}``. A wrong
+names and asks how many times one of them appears (at least twice), answered as ``\\boxed{3}``. A wrong
 count is told whether it is too high or too low and the agent tries again; the right count wins
 (reward 1.0); after ``tries`` wrong answers the episode ends (terminated, reward 0). A held-out family:
 never trained on, never shown to the designer.
@@ -23,7 +23,7 @@ def last_boxed(text):
 
 
 class TallyEnv:
-    def __init__(self, max_turns: int = 8, length: int = 8, kinds: int = 3, tries: int = 2):
+    def __init__(self, max_turns: int = 8, length: int = 6, kinds: int = 3, tries: int = 2):
         if not isinstance(length, int) or not 3 <= length <= 30:
             raise ValueError(f"length must be an integer from 3 to 30, got {length!r}")
         if not isinstance(kinds, int) or not 2 <= kinds <= min(length - 1, len(NAMES)):
@@ -48,9 +48,9 @@ class TallyEnv:
         self._wrong = 0
         self._done = False
         observation = (
-            f"Here is a list of animals: {' '.join(self._items)}\nHow many times does the word "
-            f"'{self._target}' appear in the list?\nWrite the count inside \\boxed{{}}. After a wrong "
-            f"count I say whether it is too high or too low; you have {self.tries} tries."
+            f"How many times does the word '{self._target}' appear in the list below? Write the count, a "
+            f"number from 1 to {self.length}, inside \\boxed{{}}. After a wrong count I say whether it is "
+            f"too high or too low; you have {self.tries} tries.\nList: {' '.join(self._items)}"
         )
         return observation, self._info("start")
 
@@ -72,7 +72,8 @@ class TallyEnv:
             self._done = True
             observation = f"{verdict} No tries left; '{self._target}' appears {self._count} times."
             return observation, 0.0, True, False, self._info("lost")
-        return f"{verdict} Tries left: {self.tries - self._wrong}.", 0.0, False, False, self._info("wrong")
+        observation = f"{verdict} Tries left: {self.tries - self._wrong}.\nList: {' '.join(self._items)}"
+        return observation, 0.0, False, False, self._info("wrong")
 
     def solution(self) -> str:
         return f"\\boxed{{{self._items.count(self._target)}}}"
