@@ -182,3 +182,30 @@ def test_the_figure_draws_each_score_over_its_own_games(tmp_path):
     pytest.importorskip("matplotlib")
     figure = plot_curves([record], tmp_path / "curves.png", groups=spec.scores)
     assert figure.stat().st_size > 0
+
+
+def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
+    """experiments/cpu-curriculum.toml (issue 40): its primary score is the held-out families, every one
+    of them, none in any arm's training pool; its second score the pool's games at the pool's sizes."""
+    from pathlib import Path
+
+    from spade_rl.envs import heldout
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_experiment(root / "experiments" / "cpu-curriculum.toml")
+    assert [a.name for a in spec.arms] == ["fixed-pool", "spade", "spade-no-designer-training"]
+    assert spec.seeds == (0, 1, 2) and spec.budget.wall_time_s == 1800 and spec.baseline == "fixed-pool"
+    primary, pool = spec.scores
+    assert primary.name == "primary" and len(primary.categories) >= 4
+    assert set(primary.categories) <= set(heldout.NAMES)
+    assert pool.categories == ("guess", "maze", "codebreaker")
+    assert spec.evaluation.limit >= 48 and spec.evaluation.seed == 1000
+    options = spec.evaluation.options["envs"]
+    for arm in spec.arms:
+        config = arm.config(0)
+        assert not set(primary.categories) & set(config.pool.reference)
+        assert set(pool.categories) <= set(config.pool.reference)
+        for game in pool.categories:  # the pool's own games are evaluated at the sizes they train at
+            assert options["env_kwargs"].get(game) == config.pool.reference_kwargs.get(game), game
+    assert spec.arm("fixed-pool").config(0).designer.source == "none"
+    assert spec.arm("spade-no-designer-training").config(0).designer.train is False
