@@ -1,0 +1,72 @@
+"""What the base agent makes of the graded warm-up designs (issue 40): win rates by level and band.
+
+    python bench/warmup_grades.py                          # the CPU default: 3 x 48 candidates, 4 plays each
+    python bench/warmup_grades.py --plays 8 warmup.candidates_per_design=2   # with any run override
+
+Draws the candidates the graded warm-up would draw (``spade_rl.loop.warmup.draw_candidates``: the levels
+in turn), plays each ``--plays`` times without the hint at distinct seeds with the run's policy as the
+run's agent plays (its rollout settings, in its sandbox), before any training, and prints per level the
+mean win rate and how many candidates fall in each band (never won, too hard, at the frontier, too easy),
+what ``select_graded`` would keep, and the mean win rate per skill and level. Nothing is trained or cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter, defaultdict
+
+from spade_rl.corpus import Corpus
+from spade_rl.design.synthetic import LEVELS
+from spade_rl.loop.config import load_config
+from spade_rl.loop.warmup import (
+    BANDS,
+    WarmupPlay,
+    band_of,
+    draw_candidates,
+    measure_candidates,
+    select_graded,
+)
+from spade_rl.policy import make_policy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plays", type=int, default=4, help="plays of each candidate (distinct seeds)")
+    parser.add_argument("overrides", nargs="*", help="run overrides, as spade-rl run takes them")
+    args = parser.parse_args()
+    config = load_config(None, [*args.overrides, f"warmup.measure_plays={args.plays}"])
+    policy = make_policy(config.policy)
+    candidates = draw_candidates(config.warmup, config.design, Corpus.from_config(config.corpus))
+    started = time.perf_counter()
+    play = WarmupPlay(config.sandbox, config.rollout)
+    rates = measure_candidates(policy, candidates, args.plays, play, config.warmup.seed)
+    seconds = time.perf_counter() - started
+    bands = [band_of(r) for r in rates]
+    order = ("never_won", "too_hard", "frontier", "too_easy")
+    print(f"{len(candidates)} candidates x {args.plays} plays: {seconds:.0f} s")
+    print(f"{'level':8} {'mean win':>8} " + " ".join(f"{b:>9}" for b in order))
+    for level in LEVELS:
+        mine = [i for i, c in enumerate(candidates) if c.level == level]
+        counts = Counter(bands[i] for i in mine)
+        mean = sum(rates[i] for i in mine) / len(mine)
+        print(f"{level:8} {mean:8.3f} " + " ".join(f"{counts[b]:9d}" for b in order))
+    chosen = select_graded(rates, config.warmup.designs)
+    kept = Counter(bands[i] for i in chosen)
+    print(
+        f"kept {len(chosen)}: "
+        + ", ".join(f"{b} {kept[b]}" for b in (*BANDS, "never_won"))
+        + f"; mean win {sum(rates[i] for i in chosen) / len(chosen):.3f}"
+    )
+    by_skill: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for c, r in zip(candidates, rates, strict=True):
+        by_skill[(c.skill, c.level)].append(r)
+    print(
+        "by skill/level: "
+        + ", ".join(f"{s}/{lv} {sum(v) / len(v):.2f}" for (s, lv), v in sorted(by_skill.items()) if any(v))
+        + " (the others 0)"
+    )
+
+
+if __name__ == "__main__":
+    main()
