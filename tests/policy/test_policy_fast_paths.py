@@ -39,14 +39,17 @@ def plain_policy(tiny: tuple[Any, Any], **config: Any) -> TransformersPolicy:
 
 
 def test_growing_layers_hold_what_dynamic_layers_hold(tiny: tuple[Any, Any]) -> None:
-    model, _ = tiny
+    model, tokenizer = tiny
+    # The cache goes in under the name the policy passes it by: the forward of transformers' lower bound
+    # (5.10.4) takes past_key_values and no cache, newer releases take cache.
+    keyword = TransformersPolicy(model, tokenizer)._cache_keyword
     ids = torch.tensor([random_tokens(random.Random(1), 9), random_tokens(random.Random(2), 9)])
     grown, plain = new_cache(model, capacity=4), new_cache(model)  # capacity 4: it must grow twice
     with torch.no_grad():
         for cache in (grown, plain):
-            model(input_ids=ids[:, :5], use_cache=True, cache=cache)
+            model(input_ids=ids[:, :5], use_cache=True, **{keyword: cache})
             for t in range(5, 9):
-                model(input_ids=ids[:, t : t + 1], use_cache=True, cache=cache)
+                model(input_ids=ids[:, t : t + 1], use_cache=True, **{keyword: cache})
     assert type(grown.layers[0]).__name__ == "GrowingLayer"
     assert grown.get_seq_length() == plain.get_seq_length() == 9
     for a, b in zip(grown.layers, plain.layers, strict=True):
