@@ -42,8 +42,11 @@ def test_a_range_without_one_lower_bound_is_refused(tool, tmp_path: Path) -> Non
 
 
 def test_the_tests_it_names_exist(tool) -> None:
-    for path in (*tool.TESTS, tool.TRL_ORACLE):
-        assert (ROOT / path).exists(), path
+    paths = tool.selected_tests()
+    assert "tests/policy" in paths and "tests/train" in paths and "tests/loop/test_warmup.py" in paths
+    assert (ROOT / tool.TRL_ORACLE).exists()
+    with pytest.raises(SystemExit, match=r"tests/no_such_test\.py names no test"):
+        tool.selected_tests(("tests/policy", "tests/no_such_test.py"))
 
 
 def test_trls_oracle_joins_where_trl_accepts_the_bounds(tool, monkeypatch: pytest.MonkeyPatch) -> None:
