@@ -230,6 +230,22 @@ QuestionTask whose name ends in Env, with:
 No imports are needed."""
 
 
+def question_system(attempts: int = 1, feedback: str = "wrong") -> str:
+    """The system prompt of the "question" form; with ``attempts`` > 1 (``design.question_attempts``) it
+    says how many answers the agent gets and what it is told after a wrong one (``feedback``)."""
+    if attempts == 1:
+        return _QUESTION_SYSTEM
+    told = "that it is wrong" + (
+        ", and for a number whether it is too high or too low" if feedback == "direction" else ""
+    )
+    return (
+        _QUESTION_SYSTEM
+        + f"\nThe agent gets {attempts} attempts at each question: after a wrong answer it is told {told}, "
+        "and answers again. A question with few possible answers is won by trying them in turn: give it "
+        "many."
+    )
+
+
 def question_designer_chat(
     document: str,
     skill: str,
@@ -238,11 +254,14 @@ def question_designer_chat(
     title: str = "",
     win_rate: float | None = None,
     frontier: tuple[float, float] = FRONTIER,
+    attempts: int = 1,
+    feedback: str = "wrong",
 ) -> list[dict]:
     """The chat that asks for one design in the "question" form, shown one ``example`` design (the
     code of a QuestionTask subclass) with its measured no-hint ``win_rate`` and label against
     ``frontier`` (None: a design not played, shown without a label); an empty ``document`` leaves the
-    grounding out."""
+    grounding out. ``attempts`` > 1: the system prompt says how many answers the agent gets
+    (:func:`question_system`)."""
     parts = []
     if document.strip():
         parts.append(
@@ -262,7 +281,8 @@ def question_designer_chat(
         f"Write one new task{about} that trains the skill {skill}, in the same form as the example. "
         "Draw every number with rng, so that each seed gives a new instance." + aim
     )
-    return [{"role": "system", "content": _QUESTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    system = question_system(attempts, feedback)
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 # --- edits: a design the agent wins sometimes, made harder or easier (design.edit_share) ---------------
@@ -277,14 +297,19 @@ def edit_direction(win_rate: float, frontier: tuple[float, float] = FRONTIER) ->
 
 
 def edit_chat(
-    parent: ShownExample, form: str = "module", config: PromptConfig = PromptConfig()
+    parent: ShownExample,
+    form: str = "module",
+    config: PromptConfig = PromptConfig(),
+    attempts: int = 1,
+    feedback: str = "wrong",
 ) -> list[dict]:
     """The chat that asks for an edited version of ``parent``, a design the agent wins sometimes (its
     measured no-hint win rate is shown with its label): a little harder when the agent wins it at least
     as often as the middle of the frontier, a little easier otherwise (:func:`edit_direction`), in
     ``form`` "module" (a whole environment, with a hint in the inline mode) or "question" (a
     ``QuestionTask`` subclass: ``parent.source`` is then the design's class, not the kit). No document:
-    the parent is the grounding."""
+    the parent is the grounding. ``attempts`` and ``feedback``: the question form's, as in
+    :func:`question_designer_chat`."""
     if form not in EDIT_FORMS:
         raise ValueError(f"edits are asked in the forms {list(EDIT_FORMS)}, got {form!r}")
     if parent.win_rate is None:
@@ -315,7 +340,7 @@ def edit_chat(
     if form == "question":
         request += " Give the class a new name ending in Env."
         return [
-            {"role": "system", "content": _QUESTION_SYSTEM},
+            {"role": "system", "content": question_system(attempts, feedback)},
             {"role": "user", "content": shown + "\n\n" + request},
         ]
     setting_rules = _TOOL_USE if config.setting == "tool_use" else _GAMES

@@ -20,7 +20,14 @@ What is played (the answer space comes from :mod:`spade_rl.design.answer_space`)
   solution answers something else (``trivial_policy_wins``; a constant that is the seed's answer wins
   fairly; one answer may win half the seeds, as the answer replay lets the most common one: a task with
   more than one right answer, such as an optimal schedule, is won by another seed's at some seeds);
-- the answer replay's constant (``answer_replay_wins``, see ``answer_replay``).
+- the answer replay's constant (``answer_replay_wins``, see ``answer_replay``);
+- where the environment is played with several answers (the constructor argument ``attempts`` > 1: the
+  question kit's ``design.question_attempts``), the known answers in turn: at every trivial seed, the
+  most common answers of other seeds' solutions (the answer seeds', else the other trivial seeds'), most
+  common first, one a turn; it may win at most ``max_trivial_win_rate`` of its episodes
+  (``trivial_policy_wins``), counting every win, as the random policy's: a question of three options
+  allowed two answers is won two times in three without being read. With one answer it would be the
+  first of them as a constant, which the search plays already.
 
 :mod:`spade_rl.design.validate` runs it after its other checks; it raises ``Failed`` as they do.
 """
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -171,6 +179,9 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
     )
     screen = seeds[:SCREEN_SEEDS]
     plays += [("constant", c, seed, [wraps[seed] % c] * s.max_turns) for c in constants for seed in screen]
+    if several_answers(play.kwargs):
+        for seed in seeds:
+            plays.append(("in turn", "", seed, known_in_turn(space, seed, s.max_turns)))
     rng.shuffle(plays)  # no order of the policies for an environment to learn
     # every policy but the random answers repeats one action: it may stop once the game no longer changes
     episodes = [(seed, actions, len(set(actions)) == 1) for _, _, seed, actions in plays]
@@ -187,13 +198,14 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
             outcome = outcome and undeserved(name, finals[seed])
         wins.setdefault((kind, name if kind != "shaped" else ""), []).append(int(outcome))
     for (kind, name), results in wins.items():
-        if kind in ("trivial", "shaped") and sum(results) > cap * len(results):
-            what = (
-                f"the trivial policy '{name}' wins {sum(results)} of {len(results)} seeds"
-                if kind == "trivial"
-                else f"random answers of its answers' shape win {sum(results)} of {len(results)} episodes "
-                f"({s.shaped_guesses} at each of {len(seeds)} seeds)"
-            )
+        if kind in ("trivial", "shaped", "in turn") and sum(results) > cap * len(results):
+            what = {
+                "trivial": f"the trivial policy '{name}' wins {sum(results)} of {len(results)} seeds",
+                "shaped": f"random answers of its answers' shape win {sum(results)} of {len(results)} "
+                f"episodes ({s.shaped_guesses} at each of {len(seeds)} seeds)",
+                "in turn": f"other seeds' most common answers, one a turn, win {sum(results)} of "
+                f"{len(results)} seeds (the environment takes {play.kwargs['attempts']} answers)",
+            }[kind]
             raise Failed(
                 "trivial_policy_wins",
                 f"{what}; at most {cap:.0%} may be won without playing (max_trivial_win_rate)",
@@ -214,6 +226,27 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
                 f"{len(seeds)} seeds whose solution answers otherwise; one answer may win at most "
                 f"{rate:.0%} of them (max_answer_replay_win_rate)",
             )
+
+
+def several_answers(kwargs: dict) -> bool:
+    """Whether an environment constructed with ``kwargs`` takes more than one answer (``attempts`` > 1,
+    the question kit's constructor argument)."""
+    attempts = kwargs.get("attempts", 1)
+    return isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 1
+
+
+def known_in_turn(space: AnswerSpace, seed: int, turns: int) -> list[str]:
+    """Up to ``turns`` final actions, one per answer (ignoring case), the most common answer among other
+    seeds' solutions first (the answer seeds', or without them the trivial seeds' but ``seed``); ties in
+    the order the seeds came."""
+    others = space.answer_seeds or [other for other in space.trivial_seeds if other != seed]
+    finals = [space.solutions[other][-1] for other in others if space.solutions[other]]
+    counts = Counter(final_answer(action).lower() for action in finals)
+    first = {}
+    for action in finals:
+        first.setdefault(final_answer(action).lower(), action)
+    ranked = sorted(first, key=lambda answer: -counts[answer])  # stable: ties keep the seeds' order
+    return [first[answer] for answer in ranked[:turns]]
 
 
 def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:

@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 FORMS = ("module", "question", "tool_kit")
 KIT_OF_FORM = {"question": "question", "tool_kit": "tool_use"}  # the kit each kit form's designs subclass
 INVALID_DESIGNS = ("penalty", "retry")
+QUESTION_FEEDBACK = ("wrong", "direction")  # said after a wrong answer (design.question_feedback)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,15 @@ class DesignPhaseConfig:
     # harder if the agent wins it often, easier if rarely) instead of designing from a document. 0: never
     # (the paper's). Forms "module" and "question"; needs the memory.
     edit_share: float = 0.0
+    # Ours (issue 40): the answers the agent may give to one question of a design in the form "question"
+    # (the kit's ``attempts``): 1, the paper's one-shot question; N > 1, a wrong answer is followed by
+    # another try until the answer is right (reward 1) or N answers were wrong (reward 0). The designer's
+    # prompt says how many; validation (its trivial-policy search too) and every play use the same number
+    # (the kit's constructor arguments, recorded with the design). ``question_feedback`` after a wrong
+    # answer: "wrong" ("Wrong answer. Try again"), or "direction" (a wrong number is also called too high
+    # or too low when the answer is a number; needs question_attempts > 1).
+    question_attempts: int = 1
+    question_feedback: str = "wrong"
 
     def __post_init__(self) -> None:
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1):
@@ -151,6 +161,27 @@ class DesignPhaseConfig:
             raise ValueError(
                 "design edit_share edits the archive's frontier entries, which design.memory = false hides "
                 "from the designer: set design.edit_share = 0 or design.memory = true"
+            )
+        attempts = self.question_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 16:
+            raise ValueError(
+                f"design question_attempts must be a whole number from 1 (one answer per question) to 16, "
+                f"got {attempts!r}"
+            )
+        if self.question_feedback not in QUESTION_FEEDBACK:
+            raise ValueError(
+                f"design question_feedback {self.question_feedback!r}; allowed: {list(QUESTION_FEEDBACK)}"
+            )
+        if attempts > 1 and self.form != "question":
+            raise ValueError(
+                f"design question_attempts = {attempts} gives the questions of form 'question' several "
+                f"answers; form is {self.form!r} (set design.question_attempts = 1)"
+            )
+        if self.question_feedback != "wrong" and attempts == 1:
+            raise ValueError(
+                f"design question_feedback = {self.question_feedback!r} is said after a wrong answer that "
+                "another try follows, and question_attempts = 1 gives none: set question_attempts > 1 or "
+                "question_feedback = 'wrong'"
             )
         if self.invalid not in INVALID_DESIGNS:
             raise ValueError(f"design invalid {self.invalid!r}; allowed: {list(INVALID_DESIGNS)}")
@@ -212,6 +243,24 @@ class DesignPhaseConfig:
     def chat_prompt(self) -> PromptConfig:
         """The prompt settings with this phase's setting and hint mode (decided here, in one place)."""
         return dataclasses.replace(self.prompt, setting=self.setting, hint_mode=self.hint_mode)
+
+    @property
+    def question_kwargs(self) -> dict:
+        """The question kit's constructor arguments for ``question_attempts`` and ``question_feedback``,
+        which validation records with each design and every play uses: none at one attempt (the kit's
+        defaults: designs, archives and caches of earlier releases stay as they were)."""
+        if self.question_attempts == 1:
+            return {}
+        return {"attempts": self.question_attempts, "feedback": self.question_feedback}
+
+    @property
+    def question_validation(self) -> ValidationSettings:
+        """``validation`` with :attr:`question_kwargs` among its constructor arguments: how the designs
+        of this phase are validated, and so played."""
+        if not self.question_kwargs:
+            return self.validation
+        kwargs = {**self.validation.env_kwargs, **self.question_kwargs}
+        return dataclasses.replace(self.validation, env_kwargs=kwargs)
 
     @property
     def skill_list(self) -> tuple[str, ...]:
@@ -323,7 +372,13 @@ def design_environments(
         if config.edit_share > 0 and rng.random() < config.edit_share:
             if editable:  # edit a frontier entry: its skill, no document, the entry its only parent
                 parent_id, parent = editable[rng.randrange(len(editable))]
-                chat = edit_chat(parent, config.form, config.chat_prompt)
+                chat = edit_chat(
+                    parent,
+                    config.form,
+                    config.chat_prompt,
+                    config.question_attempts,
+                    config.question_feedback,
+                )
                 prompt = {"prompt": "edit", "edit_of": parent_id, "edit_win_rate": parent.win_rate}
                 plans.append((parent.skill, None, (parent_id,), chat, prompt))
                 log.debug("design %d: edit of env %d (win rate %.2f)", index, parent_id, parent.win_rate)
@@ -335,7 +390,15 @@ def design_environments(
         if config.form == "question":
             shown, win_rate = _question_example(memory, skill)
             chat = question_designer_chat(
-                text, skill, shown, config.chat_prompt, title, win_rate=win_rate, frontier=frontier
+                text,
+                skill,
+                shown,
+                config.chat_prompt,
+                title,
+                win_rate=win_rate,
+                frontier=frontier,
+                attempts=config.question_attempts,
+                feedback=config.question_feedback,
             )
         elif config.form == "tool_kit":
             # One task type per design, drawn with the reference's weights (_TASK_TYPE_ROTATION).
@@ -491,7 +554,7 @@ def _attempt(
     reports: list[ValidationReport | None] = [None] * len(parsed)
     requests = [(parsed[i].source, parsed[i].hint) for i in checked]
     for i, report in zip(
-        checked, as_executor(executor).validate_many(requests, config.validation), strict=True
+        checked, as_executor(executor).validate_many(requests, config.question_validation), strict=True
     ):
         reports[i] = report
     judged: dict[int, str] = {}
