@@ -24,6 +24,12 @@ least as often as the frontier's middle) or easier. So the designer learns the f
 span what the agent can win, not only on ones it never wins. What was measured and kept is in the cache
 entry's ``designs.json`` and the ``warmup/kept_*`` metrics.
 
+Several attempts (``design.question_attempts`` > 1): every prompt states them as the design phase's do,
+and the graded warm-up validates its candidates as the design phase validates designs (those refused,
+``warmup/refused``, are neither measured nor taught: with several answers the trivial-policy search
+refuses questions of few possible answers) and plays the others with the same attempts and feedback.
+Without ``measure_plays`` the synthetic designs are taught unvalidated.
+
 The result is cached (``$SPADE_RL_CACHE/warmup/<key>/``, written whole or not at all): the key covers
 the model's weights, this configuration, the design form and prompt settings, the corpus settings,
 the rollout settings when designs are measured, and the source of the kit, the prompts and the synthetic
@@ -150,18 +156,25 @@ def draw_candidates(config: WarmupConfig, design: DesignPhaseConfig, corpus: Cor
 
 
 def measure_candidates(
-    policy: Policy, candidates: list[Candidate], plays: int, play: WarmupPlay, seed: int
+    policy: Policy,
+    candidates: list[Candidate],
+    plays: int,
+    play: WarmupPlay,
+    seed: int,
+    kit_kwargs: dict | None = None,
 ) -> list[float]:
     """Each candidate's no-hint win rate over ``plays`` episodes at distinct seeds, played by ``policy``
     as ``play.rollout`` plays (the run's agent) in a sandbox of ``play.sandbox``, ``MEASURE_BATCH`` at a
-    time. An episode that fails (an environment error) counts as a loss."""
+    time, with the kit's constructor arguments ``kit_kwargs`` (``DesignPhaseConfig.question_kwargs``: the
+    attempts the run's designs are validated and played with). An episode that fails (an environment
+    error) counts as a loss."""
     rng = random.Random(f"spade-rl/warmup-measure/{seed}")
     specs = [
         EpisodeSpec(
             kits.compose("question", c.code),
             seed=rng.randrange(2**31),
             setting="games",
-            env_kwargs={"max_turns": play.rollout.max_turns},
+            env_kwargs={"max_turns": play.rollout.max_turns, **(kit_kwargs or {})},
             tag=j,
         )
         for j, c in enumerate(candidates)
@@ -174,6 +187,32 @@ def measure_candidates(
             for episode in run_episodes(policy, sandbox, chunk, play.rollout, seed=rng.randrange(2**31)):
                 wins[episode.spec.tag] += int(episode.won)
     return [w / plays for w in wins]
+
+
+def playable_candidates(
+    candidates: list[Candidate], design: DesignPhaseConfig, play: WarmupPlay, seed: int
+) -> tuple[list[Candidate], dict[str, int]]:
+    """The candidates that the design phase's validation accepts with the run's attempts
+    (``design.question_validation`` at ``play.rollout.max_turns``, as ``RunConfig.design_phase`` derives
+    it), and how many were refused for each reason. With several attempts the trivial-policy search
+    refuses a question whose answers are few (a choice of three, a sum of two small numbers): the warm-up
+    teaches what the loop keeps. Each candidate plays validation seeds drawn from ``seed`` and its index
+    (the warm-up is the same every time); validated one after another in a sandbox of ``play.sandbox``."""
+    from spade_rl.design.validate import validate_source
+
+    settings = dataclasses.replace(design.question_validation, max_turns=play.rollout.max_turns)
+    kept, refused = [], {}
+    with Sandbox(play.sandbox) as sandbox:
+        for j, c in enumerate(candidates):
+            drawn = random.Random(f"spade-rl/warmup-validate/{seed}/{j}").randrange(2**31)
+            report = validate_source(
+                sandbox, kits.compose("question", c.code), dataclasses.replace(settings, seed=drawn), c.hint
+            )
+            if report.valid:
+                kept.append(c)
+            else:
+                refused[report.reason] = refused.get(report.reason, 0) + 1
+    return kept, refused
 
 
 BANDS = ("frontier", "too_hard", "too_easy")  # the order in which select_graded takes them
@@ -239,7 +278,9 @@ def graded_examples(
         else:
             j = others[rng.randrange(len(others))]
             shown, rate = candidates[j].code, win_rates[j]
-        chat = question_designer_chat(c.document, c.skill, shown, design.chat_prompt, c.title, win_rate=rate)
+        chat = question_designer_chat(
+            c.document, c.skill, shown, design.chat_prompt, c.title, win_rate=rate, **_attempts(design)
+        )
         examples.append((chat, ("```python\n" + c.code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP))
     return examples
 
@@ -262,7 +303,7 @@ def warmup_examples(
         else:
             other = corpus.sample(rng, 1)[0].text if design.grounding else ""
             shown = synthetic.synthetic_design(rng, skill, other)[0]
-        chat = question_designer_chat(text, skill, shown, design.chat_prompt, title)
+        chat = question_designer_chat(text, skill, shown, design.chat_prompt, title, **_attempts(design))
         code, _ = synthetic.synthetic_design(rng, skill, text)
         answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
         examples.append((chat, answer))
@@ -283,10 +324,15 @@ def edit_example(
     if not 0 <= level < len(synthetic.LEVELS):
         return None
     shown = prompts.ShownExample(parent.code, parent.hint, parent.skill, win_rate, None, True)
-    chat = prompts.edit_chat(shown, "question", design.chat_prompt)
+    chat = prompts.edit_chat(shown, "question", design.chat_prompt, **_attempts(design))
     recipe = dataclasses.replace(parent.recipe, level=synthetic.LEVELS[level])
     code, _ = synthetic.render(rng, recipe, direction.capitalize())
     return chat, ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
+
+
+def _attempts(design: DesignPhaseConfig) -> dict:
+    """The attempts and feedback a question prompt states (``design.question_attempts``), as keywords."""
+    return {"attempts": design.question_attempts, "feedback": design.question_feedback}
 
 
 def cache_key(
@@ -309,6 +355,12 @@ def cache_key(
             "max_document_words": design.prompt.max_document_words,
             # the rendered prompts differ with the switch set (unset: the key of earlier releases)
             **({"thinking": design.thinking} if design.thinking != "template" else {}),
+            # the prompts state the attempts and the measurement plays them (1: the key of earlier releases)
+            **(
+                {"question_attempts": design.question_attempts, "question_feedback": design.question_feedback}
+                if design.question_attempts > 1
+                else {}
+            ),
         },
         "corpus": repr(corpus),
         **({"rollout": repr(play.rollout)} if config.measure_plays and play is not None else {}),
@@ -394,11 +446,28 @@ def _graded(
     per candidate (skill, level, win rate, band, kept) for ``designs.json``."""
     started = time.perf_counter()
     candidates = draw_candidates(config, design, corpus)
-    rates = measure_candidates(policy, candidates, config.measure_plays, play, config.seed)
+    refused: dict[str, int] = {}
+    if (
+        design.question_attempts > 1
+    ):  # one attempt: every synthetic design is valid (tests/loop/test_warmup.py)
+        drawn = len(candidates)
+        candidates, refused = playable_candidates(candidates, design, play, config.seed)
+        log.info(
+            "warm-up: %d of %d candidates refused by validation: %s", drawn - len(candidates), drawn, refused
+        )
+        if not candidates:
+            raise WarmupError(
+                f"validation with design.question_attempts = {design.question_attempts} refused all {drawn} "
+                f"synthetic candidates ({refused}): lower question_attempts or raise candidates_per_design"
+            )
+    rates = measure_candidates(
+        policy, candidates, config.measure_plays, play, config.seed, design.question_kwargs
+    )
     chosen = select_graded(rates, config.designs)
     bands = [band_of(r) for r in rates]
     metrics = {
         "warmup/candidates": float(len(candidates)),
+        **({"warmup/refused": float(sum(refused.values()))} if design.question_attempts > 1 else {}),
         "warmup/measure_seconds": time.perf_counter() - started,
         "warmup/candidate_win_rate": sum(rates) / len(rates),
         "warmup/kept_win_rate": sum(rates[i] for i in chosen) / len(chosen),
