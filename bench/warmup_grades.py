@@ -70,7 +70,7 @@ def main() -> None:
         f"{len(candidates)} candidates x {args.plays} plays, {design.question_attempts} attempt(s), feedback "
         f"{design.question_feedback!r}: {seconds:.0f} s"
     )
-    print(f"{'level':8} {'valid':>5} {'mean win':>8} " + " ".join(f"{b:>9}" for b in order))
+    print(f"{'level':11} {'count':>5} {'mean win':>8} " + " ".join(f"{b:>9}" for b in order))
     for level in LEVELS:
         for accepted in (True, False) if args.all and len(valid) < len(drawn) else (True,):
             mine = [i for i, c in enumerate(candidates) if c.level == level and (id(c) in ok) == accepted]
@@ -78,8 +78,8 @@ def main() -> None:
                 continue
             counts = Counter(bands[i] for i in mine)
             mean = sum(rates[i] for i in mine) / len(mine)
-            label = f"{level}" if accepted else f"{level}/ref"
-            print(f"{label:8} {len(mine):5d} {mean:8.3f} " + " ".join(f"{counts[b]:9d}" for b in order))
+            label = level if accepted else f"{level}/refused"
+            print(f"{label:11} {len(mine):5d} {mean:8.3f} " + " ".join(f"{counts[b]:9d}" for b in order))
     if args.all:  # what select_graded keeps is chosen among the valid ones
         rates = [r for c, r in zip(candidates, rates, strict=True) if id(c) in ok]
         bands = [band_of(r) for r in rates]
