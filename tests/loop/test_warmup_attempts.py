@@ -111,3 +111,17 @@ def test_a_graded_warm_up_with_attempts_end_to_end_with_a_tiny_model(tmp_path, m
     [folder] = (tmp_path / "cache" / "warmup").iterdir()
     rows = json.loads((folder / "designs.json").read_text())
     assert len(rows) == stats["warmup/candidates"] and sum(r["kept"] for r in rows) == 2
+
+
+def test_the_unmeasured_warm_up_teaches_only_what_validation_accepts():
+    from spade_rl.loop.warmup import _examples
+
+    examples, refused = _examples(WarmupConfig(designs=4), THREE, Corpus.from_config(), PLAY)
+    assert len(examples) == 4 and refused  # seeded: some drawn designs refused, the draws went on
+    assert set(refused) == {"trivial_policy_wins"}
+    assert not any("OrderingEnv(QuestionTask)" in answer for _, answer in examples)  # a chain of 3 to 4 names
+    unvalidated = warmup_examples(WarmupConfig(designs=4), THREE, Corpus.from_config())  # no sandbox given
+    assert len(unvalidated) == 4
+    assert warmup_examples(WarmupConfig(designs=4), ONE, Corpus.from_config(), PLAY) == warmup_examples(
+        WarmupConfig(designs=4), ONE, Corpus.from_config()
+    )  # one attempt: nothing validated, the examples of before

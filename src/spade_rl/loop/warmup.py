@@ -25,10 +25,11 @@ span what the agent can win, not only on ones it never wins. What was measured a
 entry's ``designs.json`` and the ``warmup/kept_*`` metrics.
 
 Several attempts (``design.question_attempts`` > 1): every prompt states them as the design phase's do,
-and the graded warm-up validates its candidates as the design phase validates designs (those refused,
-``warmup/refused``, are neither measured nor taught: with several answers the trivial-policy search
-refuses questions of few possible answers) and plays the others with the same attempts and feedback.
-Without ``measure_plays`` the synthetic designs are taught unvalidated.
+and the synthetic designs are validated as the design phase validates designs, with the run's sandbox
+and turn limit (``play``): those refused (``warmup/refused``; with several answers the trivial-policy
+search refuses questions of few possible answers, a choice of three or a sum of two small numbers) are
+neither measured nor taught, the unmeasured warm-up drawing on until it has ``designs`` (at most
+``MAX_DRAWS`` draws each); the graded warm-up plays the others with the same attempts and feedback.
 
 The result is cached (``$SPADE_RL_CACHE/warmup/<key>/``, written whole or not at all): the key covers
 the model's weights, this configuration, the design form and prompt settings, the corpus settings,
@@ -41,6 +42,7 @@ default, and the paper's setting) turns it off.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -49,6 +51,7 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -189,29 +192,40 @@ def measure_candidates(
     return [w / plays for w in wins]
 
 
-def playable_candidates(
-    candidates: list[Candidate], design: DesignPhaseConfig, play: WarmupPlay, seed: int
-) -> tuple[list[Candidate], dict[str, int]]:
-    """The candidates that the design phase's validation accepts with the run's attempts
-    (``design.question_validation`` at ``play.rollout.max_turns``, as ``RunConfig.design_phase`` derives
-    it), and how many were refused for each reason. With several attempts the trivial-policy search
-    refuses a question whose answers are few (a choice of three, a sum of two small numbers): the warm-up
-    teaches what the loop keeps. Each candidate plays validation seeds drawn from ``seed`` and its index
-    (the warm-up is the same every time); validated one after another in a sandbox of ``play.sandbox``."""
+@contextlib.contextmanager
+def _validator(design: DesignPhaseConfig, play: WarmupPlay, seed: int) -> Iterator[Callable[..., str]]:
+    """A function (code, hint, key) -> the reason the design phase's validation gives the design (``ok``
+    when valid), in a sandbox of ``play.sandbox``: ``design.question_validation`` at
+    ``play.rollout.max_turns`` (as ``RunConfig.design_phase`` derives it), its seeds drawn from ``seed`` and
+    ``key`` (the warm-up is the same every time)."""
     from spade_rl.design.validate import validate_source
 
     settings = dataclasses.replace(design.question_validation, max_turns=play.rollout.max_turns)
-    kept, refused = [], {}
     with Sandbox(play.sandbox) as sandbox:
+
+        def reason(code: str, hint: str, key: str) -> str:
+            drawn = random.Random(f"spade-rl/warmup-validate/{seed}/{key}").randrange(2**31)
+            source = kits.compose("question", code)
+            return validate_source(sandbox, source, dataclasses.replace(settings, seed=drawn), hint).reason
+
+        yield reason
+
+
+def playable_candidates(
+    candidates: list[Candidate], design: DesignPhaseConfig, play: WarmupPlay, seed: int
+) -> tuple[list[Candidate], dict[str, int]]:
+    """The candidates that the design phase's validation accepts with the run's attempts, and how many
+    were refused for each reason. With several attempts the trivial-policy search refuses a question
+    whose answers are few (a choice of three, a sum of two small numbers): the warm-up teaches what the
+    loop keeps. Validated one after another, each at seeds of its own drawn from ``seed``."""
+    kept, refused = [], {}
+    with _validator(design, play, seed) as validate:
         for j, c in enumerate(candidates):
-            drawn = random.Random(f"spade-rl/warmup-validate/{seed}/{j}").randrange(2**31)
-            report = validate_source(
-                sandbox, kits.compose("question", c.code), dataclasses.replace(settings, seed=drawn), c.hint
-            )
-            if report.valid:
+            reason = validate(c.code, c.hint, str(j))
+            if reason == "ok":
                 kept.append(c)
             else:
-                refused[report.reason] = refused.get(report.reason, 0) + 1
+                refused[reason] = refused.get(reason, 0) + 1
     return kept, refused
 
 
@@ -286,28 +300,69 @@ def graded_examples(
 
 
 def warmup_examples(
-    config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus
+    config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus, play: WarmupPlay | None = None
 ) -> list[tuple[list[dict], str]]:
     """(designer chat, answer) pairs: the chat as the design phase writes it, with an example design
     that is the kit's built-in one or (half the time, as the memory would show) another synthetic
-    design; the answer is a synthetic design after the forced opening, closed by the end of the block."""
-    examples = []
+    design; the answer is a synthetic design after the forced opening, closed by the end of the block.
+    With several attempts (``design.question_attempts`` > 1) and ``play`` given, only designs that the
+    design phase's validation accepts with them are answers (the draws go on past those it refuses)."""
+    return _examples(config, design, corpus, play)[0]
+
+
+MAX_DRAWS = 8  # draws per example the unmeasured warm-up makes at most, looking for valid designs
+
+
+def _examples(
+    config: WarmupConfig, design: DesignPhaseConfig, corpus: Corpus, play: WarmupPlay | None
+) -> tuple[list[tuple[list[dict], str]], dict[str, int]]:
+    """:func:`warmup_examples`, and how many drawn designs validation refused for each reason."""
+    with contextlib.ExitStack() as stack:
+        validate = None
+        if design.question_attempts > 1 and play is not None:
+            validate = stack.enter_context(_validator(design, play, config.seed))
+        examples, refused = [], {}
+        draws = config.designs if validate is None else MAX_DRAWS * config.designs
+        for i in range(draws):
+            if len(examples) == config.designs:
+                break
+            example, reason = _example(config, design, corpus, i, validate)
+            if reason == "ok":
+                examples.append(example)
+            else:
+                refused[reason] = refused.get(reason, 0) + 1
+    if len(examples) < config.designs:
+        raise WarmupError(
+            f"validation with design.question_attempts = {design.question_attempts} refused "
+            f"{sum(refused.values())} of {draws} synthetic designs ({refused}), leaving {len(examples)} "
+            f"of warmup.designs = {config.designs}: lower question_attempts or warmup.designs"
+        )
+    return examples, refused
+
+
+def _example(
+    config: WarmupConfig,
+    design: DesignPhaseConfig,
+    corpus: Corpus,
+    i: int,
+    validate: Callable[..., str] | None,
+) -> tuple[tuple[list[dict], str], str]:
+    """The ``i``-th example of the unmeasured warm-up, and the reason validation gives its design (``ok``
+    without ``validate``)."""
     skills = design.skill_list
-    for i in range(config.designs):
-        rng = random.Random(f"spade-rl/warmup/{config.seed}/{i}")
-        skill = skills[rng.randrange(len(skills))]
-        document = corpus.sample(rng, 1)[0] if design.grounding else None
-        text, title = (document.text, document.title or "") if document is not None else ("", "")
-        if rng.random() < 0.5:
-            shown = kits.EXAMPLES[skill]
-        else:
-            other = corpus.sample(rng, 1)[0].text if design.grounding else ""
-            shown = synthetic.synthetic_design(rng, skill, other)[0]
-        chat = question_designer_chat(text, skill, shown, design.chat_prompt, title, **_attempts(design))
-        code, _ = synthetic.synthetic_design(rng, skill, text)
-        answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
-        examples.append((chat, answer))
-    return examples
+    rng = random.Random(f"spade-rl/warmup/{config.seed}/{i}")
+    skill = skills[rng.randrange(len(skills))]
+    document = corpus.sample(rng, 1)[0] if design.grounding else None
+    text, title = (document.text, document.title or "") if document is not None else ("", "")
+    if rng.random() < 0.5:
+        shown = kits.EXAMPLES[skill]
+    else:
+        other = corpus.sample(rng, 1)[0].text if design.grounding else ""
+        shown = synthetic.synthetic_design(rng, skill, other)[0]
+    chat = question_designer_chat(text, skill, shown, design.chat_prompt, title, **_attempts(design))
+    code, hint = synthetic.synthetic_design(rng, skill, text)
+    answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
+    return (chat, answer), "ok" if validate is None else validate(code, hint, f"example/{i}")
 
 
 def edit_example(
@@ -364,6 +419,16 @@ def cache_key(
         },
         "corpus": repr(corpus),
         **({"rollout": repr(play.rollout)} if config.measure_plays and play is not None else {}),
+        # several attempts: validation with them chooses what is taught (its settings, its turn limit)
+        **(
+            {
+                "validation": repr(design.validation),
+                "validated": play is not None,
+                **({"rollout": repr(play.rollout)} if play is not None else {}),
+            }
+            if design.question_attempts > 1
+            else {}
+        ),
         # the graded warm-up teaches the edit prompt in this share of its examples
         **({"edit_share": design.edit_share} if config.measure_plays and design.edit_share else {}),
     }
@@ -424,7 +489,10 @@ def warm_up(
         examples, graded, kept = _graded(policy, config, design, corpus, play)
         policy.clear_prefix_cache()  # the measurement's prompts, with the weights about to change
     else:
-        examples, kept = warmup_examples(config, design, corpus), []
+        examples, refused = _examples(config, design, corpus, play)
+        kept = []
+        if design.question_attempts > 1 and play is not None:
+            graded = {"warmup/refused": float(sum(refused.values()))}
     losses = _train(policy, examples, config, thinking)
     stats = {
         **graded,
