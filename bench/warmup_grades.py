@@ -52,10 +52,19 @@ def main() -> None:
     started = time.perf_counter()
     valid = drawn
     if design.question_attempts > 1:
-        valid, refused = playable_candidates(drawn, design, play, config.warmup.seed)
+        messages: list[str] = []
+        valid, refused = playable_candidates(drawn, design, play, config.warmup.seed, messages)
         print(
             f"validation with {design.question_attempts} attempts: {len(drawn) - len(valid)} of {len(drawn)} "
             f"refused {dict(refused)} ({time.perf_counter() - started:.0f} s)"
+        )
+        # how often the answers in turn won where they refused a candidate ("win N of 16 seeds")
+        in_turn = Counter(
+            int(m.split(" win ")[1].split(" of ")[0]) for m in messages if "one a turn, win " in m
+        )
+        print(
+            "answers in turn won (seeds: candidates): "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(in_turn.items()))
         )
     candidates = drawn if args.all else valid
     started = time.perf_counter()
@@ -70,7 +79,7 @@ def main() -> None:
         f"{len(candidates)} candidates x {args.plays} plays, {design.question_attempts} attempt(s), feedback "
         f"{design.question_feedback!r}: {seconds:.0f} s"
     )
-    print(f"{'level':11} {'count':>5} {'mean win':>8} " + " ".join(f"{b:>9}" for b in order))
+    print(f"{'level':14} {'count':>5} {'mean win':>8} " + " ".join(f"{b:>9}" for b in order))
     for level in LEVELS:
         for accepted in (True, False) if args.all and len(valid) < len(drawn) else (True,):
             mine = [i for i, c in enumerate(candidates) if c.level == level and (id(c) in ok) == accepted]
@@ -79,7 +88,7 @@ def main() -> None:
             counts = Counter(bands[i] for i in mine)
             mean = sum(rates[i] for i in mine) / len(mine)
             label = level if accepted else f"{level}/refused"
-            print(f"{label:11} {len(mine):5d} {mean:8.3f} " + " ".join(f"{counts[b]:9d}" for b in order))
+            print(f"{label:14} {len(mine):5d} {mean:8.3f} " + " ".join(f"{counts[b]:9d}" for b in order))
     if args.all:  # what select_graded keeps is chosen among the valid ones
         rates = [r for c, r in zip(candidates, rates, strict=True) if id(c) in ok]
         bands = [band_of(r) for r in rates]

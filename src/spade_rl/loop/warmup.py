@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from spade_rl.corpus import Corpus, CorpusConfig
 from spade_rl.design import prompts, synthetic
@@ -193,39 +193,46 @@ def measure_candidates(
 
 
 @contextlib.contextmanager
-def _validator(design: DesignPhaseConfig, play: WarmupPlay, seed: int) -> Iterator[Callable[..., str]]:
-    """A function (code, hint, key) -> the reason the design phase's validation gives the design (``ok``
-    when valid), in a sandbox of ``play.sandbox``: ``design.question_validation`` at
-    ``play.rollout.max_turns`` (as ``RunConfig.design_phase`` derives it), its seeds drawn from ``seed`` and
-    ``key`` (the warm-up is the same every time)."""
+def _validator(design: DesignPhaseConfig, play: WarmupPlay, seed: int) -> Iterator[Callable[..., Any]]:
+    """A function (code, hint, key) -> the design phase's validation report of the design, in a sandbox
+    of ``play.sandbox``: ``design.question_validation`` at ``play.rollout.max_turns`` (as
+    ``RunConfig.design_phase`` derives it), its seeds drawn from ``seed`` and ``key`` (the warm-up is the
+    same every time)."""
     from spade_rl.design.validate import validate_source
 
     settings = dataclasses.replace(design.question_validation, max_turns=play.rollout.max_turns)
     with Sandbox(play.sandbox) as sandbox:
 
-        def reason(code: str, hint: str, key: str) -> str:
+        def report(code: str, hint: str, key: str):
             drawn = random.Random(f"spade-rl/warmup-validate/{seed}/{key}").randrange(2**31)
             source = kits.compose("question", code)
-            return validate_source(sandbox, source, dataclasses.replace(settings, seed=drawn), hint).reason
+            return validate_source(sandbox, source, dataclasses.replace(settings, seed=drawn), hint)
 
-        yield reason
+        yield report
 
 
 def playable_candidates(
-    candidates: list[Candidate], design: DesignPhaseConfig, play: WarmupPlay, seed: int
+    candidates: list[Candidate],
+    design: DesignPhaseConfig,
+    play: WarmupPlay,
+    seed: int,
+    messages: list[str] | None = None,
 ) -> tuple[list[Candidate], dict[str, int]]:
     """The candidates that the design phase's validation accepts with the run's attempts, and how many
-    were refused for each reason. With several attempts the trivial-policy search refuses a question
-    whose answers are few (a choice of three, a sum of two small numbers): the warm-up teaches what the
-    loop keeps. Validated one after another, each at seeds of its own drawn from ``seed``."""
+    were refused for each reason (their messages appended to ``messages`` when given). With several
+    attempts the trivial-policy search refuses a question whose answers are few (a choice of three, a sum
+    of two small numbers): the warm-up teaches what the loop keeps. Validated one after another, each at
+    seeds of its own drawn from ``seed``."""
     kept, refused = [], {}
     with _validator(design, play, seed) as validate:
         for j, c in enumerate(candidates):
-            reason = validate(c.code, c.hint, str(j))
-            if reason == "ok":
+            report = validate(c.code, c.hint, str(j))
+            if report.valid:
                 kept.append(c)
             else:
-                refused[reason] = refused.get(reason, 0) + 1
+                refused[report.reason] = refused.get(report.reason, 0) + 1
+                if messages is not None:
+                    messages.append(report.message)
     return kept, refused
 
 
@@ -345,7 +352,7 @@ def _example(
     design: DesignPhaseConfig,
     corpus: Corpus,
     i: int,
-    validate: Callable[..., str] | None,
+    validate: Callable[..., Any] | None,
 ) -> tuple[tuple[list[dict], str], str]:
     """The ``i``-th example of the unmeasured warm-up, and the reason validation gives its design (``ok``
     without ``validate``)."""
@@ -362,7 +369,7 @@ def _example(
     chat = question_designer_chat(text, skill, shown, design.chat_prompt, title, **_attempts(design))
     code, hint = synthetic.synthetic_design(rng, skill, text)
     answer = ("```python\n" + code).removeprefix(QUESTION_PREFIX) + QUESTION_STOP
-    return (chat, answer), "ok" if validate is None else validate(code, hint, f"example/{i}")
+    return (chat, answer), "ok" if validate is None else validate(code, hint, f"example/{i}").reason
 
 
 def edit_example(
