@@ -31,6 +31,11 @@ frontier's middle, easier otherwise; its only parent is that entry. As the agent
 environments enter the frontier, and the edits follow them. A proposal drawn for an edit when there is
 no frontier entry gets the usual prompt; the archive records which prompt each proposal had
 (``metadata.prompt``: "edit", with ``edit_of`` and ``edit_win_rate``, or "edit_fallback").
+
+Several attempts (``design.question_attempts`` > 1, issue 40): the question form's prompts say how many
+answers the agent gets, and its designs are validated with the kit's constructor arguments ``attempts``
+and ``feedback`` (``DesignPhaseConfig.question_validation``), which the archive records and every play
+uses.
 """
 
 from __future__ import annotations
@@ -248,7 +253,7 @@ class DesignPhaseConfig:
     def question_kwargs(self) -> dict:
         """The question kit's constructor arguments for ``question_attempts`` and ``question_feedback``,
         which validation records with each design and every play uses: none at one attempt (the kit's
-        defaults: designs, archives and caches of earlier releases stay as they were)."""
+        defaults: a design records the constructor arguments it recorded before the option existed)."""
         if self.question_attempts == 1:
             return {}
         return {"attempts": self.question_attempts, "feedback": self.question_feedback}
