@@ -199,13 +199,18 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
         wins.setdefault((kind, name if kind != "shaped" else ""), []).append(int(outcome))
     for (kind, name), results in wins.items():
         if kind in ("trivial", "shaped", "in turn") and sum(results) > cap * len(results):
-            what = {
-                "trivial": f"the trivial policy '{name}' wins {sum(results)} of {len(results)} seeds",
-                "shaped": f"random answers of its answers' shape win {sum(results)} of {len(results)} "
-                f"episodes ({s.shaped_guesses} at each of {len(seeds)} seeds)",
-                "in turn": f"other seeds' most common answers, one a turn, win {sum(results)} of "
-                f"{len(results)} seeds (the environment takes {play.kwargs['attempts']} answers)",
-            }[kind]
+            if kind == "trivial":
+                what = f"the trivial policy '{name}' wins {sum(results)} of {len(results)} seeds"
+            elif kind == "shaped":
+                what = (
+                    f"random answers of its answers' shape win {sum(results)} of {len(results)} episodes "
+                    f"({s.shaped_guesses} at each of {len(seeds)} seeds)"
+                )
+            else:
+                what = (
+                    f"other seeds' most common answers, one a turn, win {sum(results)} of {len(results)} "
+                    f"seeds (the environment takes {play.kwargs.get('attempts')} answers)"
+                )
             raise Failed(
                 "trivial_policy_wins",
                 f"{what}; at most {cap:.0%} may be won without playing (max_trivial_win_rate)",
