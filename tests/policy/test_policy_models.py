@@ -170,6 +170,30 @@ def test_default_model_converts_once_then_loads_fast_and_answers() -> None:
     assert answer.finish_reason == "stop" and answer.completion_token_ids[-1] == tokenizer.eos_token_id
 
 
+@pytest.mark.slow
+def test_the_default_tokenizer_has_the_special_tokens_its_gguf_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Converted here, by whichever transformers is installed (5.10.4 read SmolLM2's end-of-sequence token
+    as <|im_start|> and no padding token): bos, eos and pad as the GGUF file's metadata names them."""
+    from gguf import GGUFReader
+
+    monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path))
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    assert (tmp_path / "tokenizers" / DEFAULT_MODEL / model_store.MARKER).exists()  # converted, not reused
+    fields = GGUFReader(model_store.packaged_gguf(DEFAULT_MODEL)).fields
+    named = {
+        key: int(fields[f"tokenizer.ggml.{key}_token_id"].contents()) for key in ("bos", "eos", "padding")
+    }
+    assert named == {"bos": 1, "eos": 2, "padding": 2}
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
+
+
 def test_choose_device_keeps_what_is_asked_and_resolves_auto() -> None:
     assert model_store.choose_device("cpu") == "cpu"
     assert model_store.choose_device("cuda:1") == "cuda:1"  # not checked here: loading the model says

@@ -313,11 +313,25 @@ def _remove_stale_partials(target: Path) -> None:
 
 
 def _convert_tokenizer(name: str, out: Path) -> None:
-    from transformers import AutoTokenizer
-
     gguf = packaged_gguf(name)
     with _gguf_errors(name), quiet_progress():
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+        _tokenizer_from_gguf(gguf).save_pretrained(out)
+
+
+def _tokenizer_from_gguf(gguf: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of a GGUF file, its special tokens as the file names them. transformers 5.10.4 (the
+    lowest the package accepts) reads SmolLM2's end-of-sequence token as its beginning one (<|im_start|>)
+    and drops its padding token; later releases read them as written: set them from the file's metadata."""
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    fields = GGUFReader(gguf).fields
+    for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        field = fields.get(f"tokenizer.ggml.{key}_token_id")
+        if field is not None:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(field.contents())))
+    return tokenizer
 
 
 def _convert_packaged(name: str, out: Path) -> None:
@@ -337,7 +351,7 @@ def _convert_packaged(name: str, out: Path) -> None:
         if _is_complete(tokenizer_cache, gguf):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_cache)
         else:
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            tokenizer = _tokenizer_from_gguf(gguf)
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **extra
         )
