@@ -9,8 +9,9 @@ cheaply and runs the learner's, the policy's and the warm-up's tests in it:
 2. ``pip install transformers==<lower bound> accelerate==<lower bound>`` into it, the bounds read from
    pyproject.toml's ``[project] dependencies`` (what pip also needs for them, e.g. an older
    huggingface-hub or tokenizers, goes into the venv too: a few MB of wheels from the package index);
-3. pytest over ``TESTS`` with the venv's interpreter; TRL's oracle too where the installed TRL's own
-   requirements accept those versions.
+3. pytest over ``TESTS`` with the venv's interpreter and a fresh model cache (``SPADE_RL_CACHE``: the
+   default model and tokenizer are converted from GGUF by these versions); TRL's oracle too where the
+   installed TRL's own requirements accept those versions.
 
     python3 tools/check_lower_bounds.py                      # exit status: pytest's (1 when a test fails)
     python3 tools/check_lower_bounds.py --venv /tmp/lb       # keep the venv there, reuse it next time
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -164,7 +166,10 @@ def main(argv: list[str]) -> int:
         tested = time.monotonic()
         command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *args.pytest_args]
         print("+", " ".join(command), flush=True)
-        done = subprocess.run(command, cwd=ROOT)
+        # A model cache of its own: the default model and its tokenizer converted from GGUF by these
+        # versions, not read from what the newest ones converted for the suite before.
+        with tempfile.TemporaryDirectory(prefix="spade-lower-bounds-cache-") as cache:
+            done = subprocess.run(command, cwd=ROOT, env={**os.environ, "SPADE_RL_CACHE": cache})
         print(
             f"tests at {bounds}: exit {done.returncode} after {time.monotonic() - tested:.0f} s "
             f"({time.monotonic() - started:.0f} s in all)",
