@@ -1,5 +1,5 @@
 """What tools/check_lower_bounds.py runs, without running it (it needs the package index): the bounds it
-installs are the core's ``>=`` bounds in pyproject.toml, the tests it names exist, TRL's oracle joins only
+installs are the core's ``>=`` bounds in pyproject.toml, the tests it names exist, TRL's tests join only
 where TRL's own requirements allow those versions, and CI runs it after the suite."""
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def test_a_range_without_one_lower_bound_is_refused(tool, tmp_path: Path) -> Non
 def test_the_tests_it_names_exist(tool) -> None:
     paths = tool.selected_tests()
     assert "tests/policy" in paths and "tests/train" in paths and "tests/loop/test_warmup.py" in paths
-    assert (ROOT / tool.TRL_ORACLE).exists()
+    assert tool.selected_tests(tool.TRL_TESTS) == list(tool.TRL_TESTS)
     with pytest.raises(SystemExit, match=r"tests/no_such_test\.py names no test"):
         tool.selected_tests(("tests/policy", "tests/no_such_test.py"))
 
 
-def test_trls_oracle_joins_where_trl_accepts_the_bounds(tool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trls_tests_join_where_trl_accepts_the_bounds(tool, monkeypatch: pytest.MonkeyPatch) -> None:
     requires = ["accelerate>=1.10.1", "transformers>=4.56.2", "transformers!=5.1.0; extra == 'deepspeed'"]
     monkeypatch.setattr(tool.importlib.metadata, "requires", lambda name: requires)
     monkeypatch.setattr(tool.importlib.metadata, "version", lambda name: "9.9")

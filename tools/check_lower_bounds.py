@@ -10,7 +10,7 @@ cheaply and runs the learner's, the policy's and the warm-up's tests in it:
    pyproject.toml's ``[project] dependencies`` (what pip also needs for them, e.g. an older
    huggingface-hub or tokenizers, goes into the venv too: a few MB of wheels from the package index);
 3. pytest over ``TESTS`` with the venv's interpreter and a fresh model cache (``SPADE_RL_CACHE``: the
-   default model and tokenizer are converted from GGUF by these versions); TRL's oracle too where the
+   default model and tokenizer are converted from GGUF by these versions); TRL's tests too where the
    installed TRL's own requirements accept those versions.
 
     python3 tools/check_lower_bounds.py                      # exit status: pytest's (1 when a test fails)
@@ -42,15 +42,17 @@ ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("transformers", "accelerate")
 # The parts of the suite that touch transformers or accelerate: the policy (the transformers backend's
 # generation, scoring, caches, model loading from a folder and from GGUF), the learner and its loss, the
-# warm-up, and one end-to-end run of the self-play loop through the real sandbox (tiny model, in process
-# and as `python -m spade_rl run` killed and resumed).
+# warm-up, end-to-end runs of the self-play loop through the real sandbox (tiny model, in process and as
+# `python -m spade_rl run` killed and resumed), and the overfitting check.
 TESTS = (
     "tests/policy",
     "tests/train",
     "tests/loop/test_warmup*.py",
     "tests/loop/test_selfplay.py",
+    "tests/loop/test_overfit.py",  # the update alone drives a game to winning
 )
-TRL_ORACLE = "tests/interop/test_trl_oracle.py"  # the learner against TRL's GRPOTrainer
+# Where TRL accepts the bounds: the learner against TRL's GRPOTrainer, and GRPOTrainer on spade-rl's games.
+TRL_TESTS = ("tests/interop/test_trl_oracle.py", "tests/interop/test_trl_archive.py")
 
 
 def selected_tests(patterns: tuple[str, ...] = TESTS) -> list[str]:
@@ -143,8 +145,8 @@ def main(argv: list[str]) -> int:
     tests = selected_tests()
     accepts, why = trl_accepts(bounds)
     if accepts:
-        tests.append(TRL_ORACLE)
-    print(f"lower bounds: {bounds}; TRL's oracle {'runs' if accepts else 'is left out'} ({why})", flush=True)
+        tests += selected_tests(TRL_TESTS)
+    print(f"lower bounds: {bounds}; TRL's tests {'run' if accepts else 'are left out'} ({why})", flush=True)
 
     started = time.monotonic()
     where = args.venv or Path(tempfile.mkdtemp(prefix="spade-lower-bounds-"))
