@@ -146,3 +146,64 @@ def test_gem_and_textarena_games_stay_valid(package, make, game_id):
         for seed in PINNED:
             report = validate_source(games, make(game_id), dataclasses.replace(settings, seed=seed))
             assert report.valid, f"seed {seed}: {report.reason}: {report.message}"
+
+
+# --- a policy over the cap at the first seeds plays again before a verdict ---------------------------
+LUCKY = '''import random
+
+RATE = %r
+
+
+class LuckyZeroEnv:
+    """What is the seed's remainder modulo 900, plus 100? A zero also wins at a share RATE of seeds."""
+
+    def __init__(self, max_turns=4):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        self.seed = seed
+        self.answer = str(seed %% 900 + 100)
+        return f"Seed {seed}: what is its remainder modulo 900, plus 100? Answer in \\\\boxed{{}}.", {}
+
+    def step(self, action):
+        action, lucky = action.strip(), random.Random(self.seed * 7 + 1).random() < RATE
+        won = action == "\\\\boxed{" + self.answer + "}" or (action == "\\\\boxed{0}" and lucky)
+        return ("right" if won else "wrong"), float(won), True, False, {}
+
+    def solution(self):
+        return "\\\\boxed{" + self.answer + "}"
+'''
+
+
+def lucky_seeds(rate: float, seeds: list[int]) -> int:
+    return sum(random.Random(seed * 7 + 1).random() < rate for seed in seeds)
+
+
+def first_and_pooled(source: str, rate: float, seed: int, confirm: int) -> tuple[int, int]:
+    from spade_rl.design.transcripts import derived_seeds
+
+    first = lucky_seeds(rate, derived_seeds(source, "trivial", seed, 16))
+    return first, first + lucky_seeds(rate, derived_seeds(source, "trivial_confirm", seed, confirm))
+
+
+def test_a_policy_over_the_cap_by_luck_plays_more_seeds_before_a_verdict(pool):
+    """A sound task that the answer 0 wins at 10% of seeds, validated from a seed whose first 16 trivial
+    seeds hold 3 of those (over 15%): refused with no confirmation, valid once 48 more seeds bring the
+    rate under the cap; one that 0 wins half the time is refused with the counts of both stages."""
+    source = LUCKY % 0.1
+    seed = next(
+        s for s in range(5000) if (lambda f, p: f >= 3 and p <= 9)(*first_and_pooled(source, 0.1, s, 48))
+    )
+    settings = ValidationSettings(max_turns=4, seed=seed, answer_space_constants=0)
+    alone = validate_source(pool, source, dataclasses.replace(settings, trivial_confirm_seeds=0))
+    assert alone.reason == "trivial_policy_wins" and "'repeat \\boxed{0}'" in alone.message, alone
+    assert "more" not in alone.message
+    confirmed = validate_source(pool, source, settings)
+    assert confirmed.valid, confirmed
+
+    source = LUCKY % 0.5
+    seed = next(s for s in range(5000) if first_and_pooled(source, 0.5, s, 48)[0] >= 3)
+    first, pooled = first_and_pooled(source, 0.5, seed, 48)
+    report = validate_source(pool, source, dataclasses.replace(settings, seed=seed))
+    assert report.reason == "trivial_policy_wins", report
+    assert f"wins {first} of 16 seeds, and {pooled} of 64 with 48 more seeds;" in report.message

@@ -64,6 +64,10 @@ class ValidationSettings:
     trivial_seeds: int = 16
     answer_seeds: int = 32  # seeds whose solutions give the answer the answer replay plays (0: no such check)
     max_trivial_win_rate: float = 0.15  # the largest share of those a trivial policy may win
+    # Seeds a trivial policy that won more than that share of trivial_seeds plays again before it is
+    # refused, its rate over all of them deciding (0: refused at the first seeds). An environment such a
+    # policy wins 8% of the time is refused 13% of the time at 16 seeds alone, 1.6% with 48 more.
+    trivial_confirm_seeds: int = 48
     # The trivial-policy search (design.trivial_search): constants of the environment's answer space,
     # each repeated every turn (0: none), and random answers of each seed's solution's shape per seed
     # (0: none), played as training plays: the guesses may win max_trivial_win_rate of their episodes, a
@@ -123,7 +127,7 @@ class ValidationSettings:
             raise ValueError(
                 f"seed must be None (drawn for each validation) or a whole number in [0, 2**31), got {seed!r}"
             )
-        for name in ("answer_space_constants", "shaped_guesses"):
+        for name in ("answer_space_constants", "shaped_guesses", "trivial_confirm_seeds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
                 raise ValueError(f"{name} must be a whole number from 0 (off) to 1024, got {value!r}")
