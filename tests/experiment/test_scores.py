@@ -4,6 +4,7 @@ training seconds and trained tokens side by side."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -209,3 +210,10 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
             assert options["env_kwargs"].get(game) == config.pool.reference_kwargs.get(game), game
     assert spec.arm("fixed-pool").config(0).designer.source == "none"
     assert spec.arm("spade-no-designer-training").config(0).designer.train is False
+    # Both SPADE arms carry the curriculum options (items 2-5), and differ only in the designer's training
+    spade, ablation = spec.arm("spade").config(0), spec.arm("spade-no-designer-training").config(0)
+    assert spade.rewards.mode == "learnability" and spade.design.edit_share == 0.5
+    loop = spade.loop
+    assert (loop.design_group_seeds, loop.pool_share, loop.hint_plays_for) == ("distinct", 0.5, "designs")
+    assert (loop.probe_plays, loop.probe_min_wins, loop.retire_after_plays) == (4, 1, 8)
+    assert dataclasses.replace(ablation, designer=spade.designer) == spade
