@@ -10,12 +10,14 @@ design by design so that the machine's load falls on all three alike:
 - ``none``: ``trivial_seeds=0``, no trivial-policy stage at all (nor the answer replay);
 - ``fixed``: the fixed trivial policies and the answer replay, played as training plays, without the
   answer-space constants and the shaped guesses (``answer_space_constants=0``, ``shaped_guesses=0``);
+- ``unconfirmed``: the defaults but for the confirmation (``trivial_confirm_seeds=0``: a trivial policy
+  over the cap at the 16 trivial seeds refuses at once, as before the confirmation);
 - ``full``: the default ``ValidationSettings``.
 
 Prints, per group and overall, the median milliseconds per design of each, the added milliseconds of
-``full`` over each baseline, and the ratios ``full / fixed`` and ``full / none``; and how many designs
-each way refused (the designs are valid: a refusal is a false one). Figures depend on the machine and
-its load: read the ratios, and compare runs made back to back.
+``full`` over each baseline, and the ratios ``full / fixed``, ``full / none`` and ``full / unconfirmed``;
+and how many designs each way refused (the designs are valid: a refusal is a false one). Figures depend
+on the machine and its load: read the ratios, and compare runs made back to back.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from validation import designs  # the designs of bench/validation.py
 WAYS = {
     "none": ValidationSettings(trivial_seeds=0),
     "fixed": ValidationSettings(answer_space_constants=0, shaped_guesses=0),
+    "unconfirmed": ValidationSettings(trivial_confirm_seeds=0),
     "full": ValidationSettings(),
 }
 
@@ -46,6 +49,7 @@ def summary(ms: dict[str, list[float]]) -> dict[str, float]:
         **{f"{way}_ms": round(value, 1) for way, value in median.items()},
         "added_ms_over_fixed": round(median["full"] - median["fixed"], 1),
         "added_ms_over_none": round(median["full"] - median["none"], 1),
+        "full_over_unconfirmed": round(median["full"] / median["unconfirmed"], 2),
         "full_over_fixed": round(median["full"] / median["fixed"], 2),
         "full_over_none": round(median["full"] / median["none"], 2),
     }
@@ -77,10 +81,16 @@ def main() -> None:
     if args.json:
         print(json.dumps({"per_group": out, "refused": refused}, indent=2))
         return
-    header = ("group", "designs", "none", "fixed", "full", "+ms/fixed", "full/fixed", "full/none")
+    header = (
+        "group", "designs", "none", "fixed", "unconfirm", "full", "+ms/fixed", "full/fixed", "full/none",
+        "full/unconf",
+    )  # fmt: skip
     print(f"{header[0]:<10} {header[1]:>7}" + "".join(f" {h:>10}" for h in header[2:]))
     for group, row in out.items():
-        keys = ("none_ms", "fixed_ms", "full_ms", "added_ms_over_fixed", "full_over_fixed", "full_over_none")
+        keys = (
+            "none_ms", "fixed_ms", "unconfirmed_ms", "full_ms", "added_ms_over_fixed", "full_over_fixed",
+            "full_over_none", "full_over_unconfirmed",
+        )  # fmt: skip
         print(f"{group:<10} {row['designs']:>7}" + "".join(f" {row[k]:>10}" for k in keys))
     for way, names in refused.items():
         print(f"refused ({way}): {len(names)}" + "".join(f"\n  {n}" for n in names))
