@@ -69,6 +69,7 @@ SCREEN_SEEDS = 3  # seeds every constant plays before the suspicious ones play e
 # instances.)
 STALL_STEPS = 2
 HELD = ("trivial", "shaped", "in turn")  # the policies held to max_trivial_win_rate
+Play = tuple[str, str, int, list[str]]  # kind, name, seed, actions
 _DIGITS = re.compile(r"\d+")
 
 
@@ -169,9 +170,22 @@ def won(battery: _Battery, transcript: list) -> bool:
     return len(transcript) > 1 and battery.won(transcript[-1])
 
 
+def played_won(battery: _Battery, play: TrainingPlay, plays: list[Play]) -> list[bool]:
+    """Whether each of ``plays`` (kind, name, seed, actions) won, played as training plays; every policy
+    but the random answers repeats one action, so it may stop once the game no longer changes."""
+    episodes = [(seed, actions, len(set(actions)) == 1) for _, _, seed, actions in plays]
+    return [won(battery, t) for t in play.play(episodes)]
+
+
+def final_of(space: AnswerSpace, seed: int) -> str:
+    """The final action of ``seed``'s solution ("" for none)."""
+    actions = space.solutions[seed]
+    return actions[-1] if actions else ""
+
+
 def policy_plays(
     battery: _Battery, play: TrainingPlay, space: AnswerSpace, seeds: list[int], rng: random.Random
-) -> list[tuple[str, str, int, list[str]]]:
+) -> list[Play]:
     """The plays of the policies held to ``max_trivial_win_rate`` at ``seeds`` (kind, name, seed,
     actions): the trivial policies, the shaped guesses and, where the environment takes several
     answers, the known answers in turn."""
@@ -180,7 +194,7 @@ def policy_plays(
     for seed in seeds:
         for name, actions in trivial_actions(space.observations[seed], seed, s.max_turns).items():
             plays.append(("trivial", name, seed, actions))
-        final = space.solutions[seed][-1] if space.solutions[seed] else ""
+        final = final_of(space, seed)
         for _ in range(s.shaped_guesses):
             guess = wrap_like(final) % shaped_guess(final_answer(final), rng)
             plays.append(("shaped", guess, seed, [guess] * s.max_turns))
@@ -200,12 +214,10 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
     s = battery.settings
     seeds, cap = space.trivial_seeds, s.max_trivial_win_rate
     rng = random.Random(f"trivial_search:{battery.seed}")
-    finals = {seed: actions[-1] if actions else "" for seed, actions in space.solutions.items()}
+    finals = {seed: final_of(space, seed) for seed in space.solutions}
     wraps = {seed: wrap_like(finals[seed]) for seed in seeds}
     known = {final_answer(action) for action in finals.values()}
-    plays: list[tuple[str, str, int, list[str]]] = [
-        ("malformed", a, seeds[0], [a]) for a in MALFORMED_ACTIONS
-    ]
+    plays: list[Play] = [("malformed", a, seeds[0], [a]) for a in MALFORMED_ACTIONS]
     plays += policy_plays(battery, play, space, seeds, rng)
     shown = [*(space.observations[seed] for seed in space.observations), battery.hint]
     constants = constant_candidates(
@@ -214,9 +226,7 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
     screen = seeds[:SCREEN_SEEDS]
     plays += [("constant", c, seed, [wraps[seed] % c] * s.max_turns) for c in constants for seed in screen]
     rng.shuffle(plays)  # no order of the policies for an environment to learn
-    # every policy but the random answers repeats one action: it may stop once the game no longer changes
-    episodes = [(seed, actions, len(set(actions)) == 1) for _, _, seed, actions in plays]
-    outcomes = [won(battery, t) for t in play.play(episodes)]
+    outcomes = played_won(battery, play, plays)
 
     wins: dict[tuple[str, str], list[int]] = {}
     for (kind, name, seed, _), outcome in zip(plays, outcomes, strict=True):
@@ -228,8 +238,8 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
         if kind == "constant":
             outcome = outcome and undeserved(name, finals[seed])
         wins.setdefault(policy_key(kind, name), []).append(int(outcome))
-    first = {key: (sum(results), len(results)) for key, results in wins.items()}
     over = {key for key, results in wins.items() if key[0] in HELD and sum(results) > cap * len(results)}
+    first = {key: (sum(wins[key]), len(wins[key])) for key in over}
     if over and s.trivial_confirm_seeds:
         # Over the cap at the first seeds: played again at more seeds before a verdict, the pooled rate
         # deciding, so that a sound environment a policy wins a little less often than the cap is not
@@ -237,12 +247,11 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
         # with 48 more; see the module docstring).
         more_seeds = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
         extend(battery, space, more_seeds)
-        plays = policy_plays(battery, play, space, more_seeds, rng)
-        again = [p for p in plays if policy_key(p[0], p[1]) in over]
+        candidates = policy_plays(battery, play, space, more_seeds, rng)
+        again = [p for p in candidates if policy_key(p[0], p[1]) in over]
         rng.shuffle(again)
-        episodes = [(seed, actions, len(set(actions)) == 1) for _, _, seed, actions in again]
-        for (kind, name, _, _), transcript in zip(again, play.play(episodes), strict=True):
-            wins[policy_key(kind, name)].append(int(won(battery, transcript)))
+        for (kind, name, _, _), outcome in zip(again, played_won(battery, play, again), strict=True):
+            wins[policy_key(kind, name)].append(int(outcome))
     for key in sorted(over):
         kind, name = key
         results = wins[key]
