@@ -458,3 +458,28 @@ def test_the_start_key_keeps_its_name_for_a_setting_added_at_its_old_behaviour(t
     capped = {**policy, "transformers": {**policy["transformers"], "batch_tokens": 4096}}
     assert start_key_of_data(capped, evaluation) != start_key_of_data(older, evaluation)
     assert policy["transformers"]["batch_tokens"] == 0  # the caller's data is left as it was
+
+
+def test_runs_go_seed_by_seed_and_the_records_come_back_in_the_file_s_order(tmp_path, monkeypatch):
+    """Every arm at seed 0 before any arm at seed 1: a sitting that ends part way leaves paired runs of
+    all arms; the comparison (after each run and at the end) still lists arm by arm, seeds in order."""
+    from spade_rl.experiment import runner
+
+    experiment = load_experiment(
+        write_experiment(tmp_path, MINIMAL.replace("[experiment]", "[experiment]\nname = 'o'\nseeds = [0, 1]"))
+    )
+    ran, written = [], []
+
+    def fake_run_arm(experiment, arm, seed, folder, say):
+        ran.append((arm.name, seed))
+        return RunRecord(arm.name, seed, folder, 1, 1.0, "iterations", folder, folder)
+
+    monkeypatch.setattr(runner, "run_arm", fake_run_arm)
+    monkeypatch.setattr(
+        runner, "_write_outcome", lambda e, f, records, say: written.append([(r.arm, r.seed) for r in records])
+    )
+    runner.run_experiment(experiment, tmp_path / "out")
+    assert ran == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert written[0] == [("a", 0)] and written[1] == [("a", 0), ("b", 0)]
+    assert written[2] == [("a", 0), ("a", 1), ("b", 0)]
+    assert written[-1] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]

@@ -1,4 +1,5 @@
-"""Run an experiment: every arm with every seed, one after another, evaluated at the start and the end.
+"""Run an experiment: every arm with every seed, one after another (seed by seed: every arm at the first seed,
+then every arm at the next), evaluated at the start and the end.
 
     experiment = load_experiment("experiments/ci-tiny.toml")
     outcome = run_experiment(experiment, Path("runs/experiments/ci-tiny"), progress=print)
@@ -65,15 +66,23 @@ def run_experiment(experiment: Experiment, folder: Path, progress: Progress | No
 
         records = run_arms_on_ray(experiment, folder, say)
     else:
-        runs = [(arm, seed) for arm in experiment.arms for seed in experiment.seeds]
-        records = []
+        # Seed by seed, every arm at each seed before the next seed: an experiment stopped part way (a
+        # sitting's end, a budget) holds paired runs of every arm to compare, not all seeds of one arm.
+        runs = [(arm, seed) for seed in experiment.seeds for arm in experiment.arms]
+        finished: dict[tuple[str, int], RunRecord] = {}
         for arm, seed in runs:
-            records.append(run_arm(experiment, arm, seed, folder, say))
-            if len(records) < len(runs):
+            finished[arm.name, seed] = run_arm(experiment, arm, seed, folder, say)
+            if len(finished) < len(runs):
                 # What has finished so far, compared: an experiment stopped here (or grown later by more
                 # seeds or arms) already has its comparison of the finished runs.
-                _write_outcome(experiment, folder, records, say=None)
+                _write_outcome(experiment, folder, _in_file_order(experiment, finished), say=None)
+        records = _in_file_order(experiment, finished)
     return _write_outcome(experiment, folder, records, say)
+
+
+def _in_file_order(experiment: Experiment, finished: dict[tuple[str, int], RunRecord]) -> list[RunRecord]:
+    """The records of ``finished`` arm by arm, each arm's seeds in order: the comparison's order."""
+    return [finished[a.name, s] for a in experiment.arms for s in experiment.seeds if (a.name, s) in finished]
 
 
 def compare_finished(experiment: Experiment, folder: Path, progress: Progress | None = None) -> Outcome:
