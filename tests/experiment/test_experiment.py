@@ -465,9 +465,8 @@ def test_runs_go_seed_by_seed_and_the_records_come_back_in_the_file_s_order(tmp_
     all arms; the comparison (after each run and at the end) still lists arm by arm, seeds in order."""
     from spade_rl.experiment import runner
 
-    experiment = load_experiment(
-        write_experiment(tmp_path, MINIMAL.replace("[experiment]", "[experiment]\nname = 'o'\nseeds = [0, 1]"))
-    )
+    body = MINIMAL.replace("[experiment]", "[experiment]\nname = 'o'\nseeds = [0, 1]")
+    experiment = load_experiment(write_experiment(tmp_path, body))
     ran, written = [], []
 
     def fake_run_arm(experiment, arm, seed, folder, say):
@@ -475,9 +474,11 @@ def test_runs_go_seed_by_seed_and_the_records_come_back_in_the_file_s_order(tmp_
         return RunRecord(arm.name, seed, folder, 1, 1.0, "iterations", folder, folder)
 
     monkeypatch.setattr(runner, "run_arm", fake_run_arm)
-    monkeypatch.setattr(
-        runner, "_write_outcome", lambda e, f, records, say: written.append([(r.arm, r.seed) for r in records])
-    )
+
+    def fake_write_outcome(experiment, folder, records, say):
+        written.append([(r.arm, r.seed) for r in records])
+
+    monkeypatch.setattr(runner, "_write_outcome", fake_write_outcome)
     runner.run_experiment(experiment, tmp_path / "out")
     assert ran == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
     assert written[0] == [("a", 0)] and written[1] == [("a", 0), ("b", 0)]
