@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from spade_rl.envs import reference
+from spade_rl.envs import heldout, reference
 
 
 @pytest.mark.slow
@@ -69,7 +69,7 @@ def test_envs_validate_with_a_hint_checks_it_as_the_loop_does(spade, tmp_path):
 def test_envs_validate_missing_file_is_a_clear_error(spade):
     done = spade("envs", "validate", "/nonexistent/env.py")
     assert done.returncode == 2
-    assert "neither a file nor a reference environment" in done.stderr
+    assert "neither a file nor a named environment" in done.stderr
     assert "guess" in done.stderr  # the allowed names are listed
 
 
@@ -80,3 +80,21 @@ def test_envs_list_and_show(spade):
     assert shown.returncode == 0 and "class MazeEnv" in shown.stdout
     unknown = spade("envs", "show", "nope")
     assert unknown.returncode == 2 and "allowed names" in unknown.stderr
+
+
+def test_the_held_out_families_are_listed_shown_and_validated_by_name(spade):
+    """The families of spade_rl.envs.heldout (the primary yardstick) are named environments too: listed
+    with their role, shown, validated; the pool's games and the held-out ones are told apart."""
+    listed = spade("envs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    roles = {row["name"]: row["role"] for row in json.loads(listed.stdout)}
+    assert {name: roles[name] for name in heldout.NAMES} == dict.fromkeys(heldout.NAMES, "held-out family")
+    assert {roles[name] for name in reference.NAMES} == {"pool"}
+    assert {roles[name] for name in reference.HELD_OUT} == {"held-out"}
+    shown = spade("envs", "show", "tally")
+    assert shown.returncode == 0 and shown.stdout.strip() == heldout.source("tally").strip()
+    done = spade("envs", "validate", "sequence", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)[0]["valid"] is True
+    unknown = spade("envs", "validate", "chess")
+    assert unknown.returncode == 2 and "held-out families sequence" in unknown.stderr

@@ -46,7 +46,22 @@ def test_a_broken_environment_or_a_missing_hint_is_a_clean_error(runner, clean_f
     result = runner.invoke(app, ["play", str(path), "--human"], input="x\n")
     clean_failure(result, "the environment failed: step: ")
     assert "broken step" in result.output
-    clean_failure(runner.invoke(app, ["play", "guess", "--human", "--hint"]), "--hint needs a hint")
+    clean_failure(runner.invoke(app, ["play", str(path), "--human", "--hint"]), "--hint needs a hint")
+
+
+def test_a_named_environment_is_played_with_its_own_hint(runner):
+    """A reference or a held-out family named on the command line brings its own hint (a file has
+    none: --hint-text); an unknown name lists what is allowed."""
+    from spade_rl.envs import heldout, reference
+
+    for name, hint in (("guess", reference.HINTS["guess"]), ("opposite", heldout.HINTS["opposite"])):
+        result = runner.invoke(
+            app, ["play", name, "--human", "--hint", "--max-turns", "2"], input="\\boxed{0}\n" * 2
+        )
+        assert result.exit_code == 0, result.output
+        assert f"Hint: {hint}" in " ".join(result.output.split()), result.output
+    unknown = runner.invoke(app, ["play", "chess", "--human"])
+    assert unknown.exit_code == 2 and "held-out families sequence" in unknown.output
 
 
 @pytest.mark.slow

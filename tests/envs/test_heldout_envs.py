@@ -83,7 +83,9 @@ def test_the_families_are_apart_from_every_training_game():
 
 def test_only_the_evaluation_reads_the_package():
     """Nothing that trains or designs (pool, warm-up, memory, prompts, corpus) imports the held-out
-    families: only the envs evaluation suite, which plays them by name."""
+    families: only the envs evaluation suite, which plays them by name, and what resolves a name a
+    person gives (envs/sources.py: `spade-rl envs serve|show|validate`, `spade-rl play`, the Gymnasium
+    adapter; cli/envs.py: `spade-rl envs list`)."""
     readers = set()
     for path in SRC.rglob("*.py"):
         if path.is_relative_to(SRC / "envs" / "heldout"):
@@ -93,7 +95,14 @@ def test_only_the_evaluation_reads_the_package():
                 readers.add(path.relative_to(SRC).as_posix())
             elif isinstance(node, ast.ImportFrom) and any(alias.name == "heldout" for alias in node.names):
                 readers.add(path.relative_to(SRC).as_posix())
-    assert readers == {"evaluate/envs_suite.py"}
+    assert readers == {"evaluate/envs_suite.py", "envs/sources.py", "cli/envs.py"}
+    # ... and nothing that trains or designs imports those two.
+    trains_or_designs = [SRC / "memory.py", SRC / "rewards.py"]
+    for part in ("loop", "design", "train", "corpus", "policy"):
+        trains_or_designs += sorted((SRC / part).rglob("*.py"))
+    for path in trains_or_designs:
+        text = path.read_text(encoding="utf-8")
+        assert "envs.sources" not in text and "spade_rl.cli" not in text, path
 
 
 def test_no_corpus_document_or_reference_file_describes_them():

@@ -182,7 +182,7 @@ def test_bad_actions_and_calls_out_of_order_are_the_callers_errors():
 def test_bad_names_and_ids_are_refused_with_what_is_allowed(run_dir, tmp_path):
     run, ids = run_dir
     refusals = [
-        (lambda: spade_gym.make("chess"), "unknown reference environment 'chess'; allowed names: guess"),
+        (lambda: spade_gym.make("chess"), "unknown environment name 'chess'; allowed names: guess"),
         (lambda: spade_gym.SpadeEnv(), "give exactly one of name"),
         (lambda: spade_gym.SpadeEnv("guess", file="x.py"), "got name, file"),
         (lambda: spade_gym.make(archive=str(run)), "archive= needs env_id="),

@@ -269,7 +269,7 @@ def test_a_signal_closes_the_open_sessions_and_exits_0(tmp_path, sig):
 
 def test_bad_serve_arguments_are_refused_before_serving(tmp_path):
     cases = [
-        (["chess"], "chess is neither a file nor a reference environment"),
+        (["chess"], "chess is neither a file nor a named environment"),
         (["--archive", str(tmp_path)], "no archive at"),
         (["--ids", "1"], "--ids selects environments of --archive or --jsonl"),
         (["--jsonl", str(tmp_path / "none.jsonl")], "no JSONL pool at"),

@@ -17,8 +17,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from spade_rl.envs import reference
-
 
 def _console() -> Console:
     """Rich's own width on a terminal; 160 columns when the output goes to a file or a pipe (rich would
@@ -91,13 +89,15 @@ def open_archive(run_dir: Path, readonly: bool = True):
 
 
 def read_env(spec: str) -> str:
-    """The source of an environment file, or of a reference environment by name."""
+    """The source of an environment file, or of a named environment (a reference or a held-out family)."""
+    from spade_rl.envs.sources import NAMED, named_list, reference_entry
+
     path = Path(spec)
     if path.is_file():
         try:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read {spec}: {exc}") from None
-    if spec in reference.ALL:
-        return reference.source(spec)
-    raise fail(f"{spec} is neither a file nor a reference environment ({', '.join(reference.ALL)})")
+    if spec in NAMED:
+        return reference_entry(spec).source
+    raise fail(f"{spec} is neither a file nor a named environment ({named_list()})")

@@ -1,4 +1,5 @@
-"""``spade-rl envs ...``: the reference environments, an archive's environments, and validation.
+"""``spade-rl envs ...``: the named environments (references, held-out families), an archive's
+environments, and validation.
 
 spade-rl envs list [--archive RUN_DIR] [--valid-only] [--json]
 spade-rl envs show NAME|ID [--archive RUN_DIR]
@@ -26,7 +27,8 @@ from spade_rl.cli.common import (
     yes,
 )
 from spade_rl.design.validate import ValidationSettings
-from spade_rl.envs import reference
+from spade_rl.envs import heldout, reference
+from spade_rl.envs.sources import UnknownEnvironment, reference_entry
 from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 
 envs_app = typer.Typer(no_args_is_help=True, help="Reference environments and validation.")
@@ -38,13 +40,21 @@ def envs_list(
     valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List the reference environments, or the environments of an archive."""
+    """List the named environments (the references and the held-out families), or an archive's."""
     if archive is None:
+        from spade_rl.envs.sources import NAMED, role
+
+        descriptions = {**reference.DESCRIPTIONS, **heldout.DESCRIPTIONS}
         rows = [
-            {"name": n, "setting": reference.SETTINGS[n], "description": reference.DESCRIPTIONS[n]}
-            for n in reference.ALL
+            {
+                "name": n,
+                "role": role(n),
+                "setting": reference_entry(n).setting,
+                "description": descriptions[n],
+            }
+            for n in NAMED
         ]
-        title = "reference environments"
+        title = "named environments (role: pool = trained on and shown to the designer by default)"
     else:
         with open_archive(archive) as store:
             latest = store.latest_stats()
@@ -81,12 +91,13 @@ def envs_list(
 
 @envs_app.command("show")
 def envs_show(name: str, archive: Path | None = ARCHIVE_OPTION) -> None:
-    """Print a reference environment's source, or an archived environment (source, hint, statistics)."""
+    """Print a named environment's source (a reference or a held-out family), or an archived environment
+    (source, hint, statistics)."""
     if archive is None:
         try:
-            print(reference.source(name))
-        except (KeyError, ValueError) as exc:
-            raise fail(str(exc.args[0] if exc.args else exc)) from None
+            print(reference_entry(name).source)
+        except UnknownEnvironment as exc:
+            raise fail(str(exc)) from None
         return
     if not name.isdigit():
         raise fail(f"with --archive, give an environment id (a number), got {name!r}")
@@ -154,7 +165,7 @@ def envs_import(
 
 @envs_app.command("validate")
 def envs_validate(
-    files: list[str] = typer.Argument(..., help="Environment files, or reference environment names."),
+    files: list[str] = typer.Argument(..., help="Environment files, or names (spade-rl envs list)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of reports."),
     hint: str | None = typer.Option(
         None,

@@ -1,5 +1,6 @@
 """``spade-rl play ENV [--model M | --human] [--episodes N] [--hint] ...``: watch a model, or yourself,
-play an environment (a reference name, a file, or an archive id) in the sandbox, turn by turn."""
+play an environment (a name from `spade-rl envs list`, a file, or an archive id) in the sandbox, turn
+by turn."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 from rich.table import Table
 
 from spade_rl.cli.common import ARCHIVE_OPTION, console, fail, open_archive, read_env
-from spade_rl.envs import reference
+from spade_rl.envs.sources import NAMED, reference_entry
 from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
 from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 from spade_rl.stats import summarise
@@ -19,7 +20,7 @@ from spade_rl.stats import summarise
 def _resolve_play_target(
     env: str, archive: Path | None, hint_text: str | None, max_turns: int
 ) -> tuple[str, str, str, str, dict]:
-    """(source, hint, setting, label, constructor arguments) of a file, a reference name, or an archive
+    """(source, hint, setting, label, constructor arguments) of a file, a named environment, or an archive
     id. An archive environment is played with the arguments it was validated with; any other with
     ``max_turns`` when its constructor takes it, as validation would give it."""
     from spade_rl.design.validate import constructor_kwargs, play_kwargs
@@ -33,13 +34,16 @@ def _resolve_play_target(
         kwargs = play_kwargs(record.source, record.env_kwargs, max_turns)
         return record.source, hint_text or record.hint, record.setting, f"archive env {env}", kwargs
     source = read_env(env)
-    setting = reference.SETTINGS.get(env, "tool_use" if "<tool_call>" in source else "games")
+    if not Path(env).is_file() and env in NAMED:  # a named environment: its own setting and hint
+        entry = reference_entry(env)
+        return source, hint_text or entry.hint, entry.setting, env, constructor_kwargs(source, max_turns)
+    setting = "tool_use" if "<tool_call>" in source else "games"
     return source, hint_text or "", setting, env, constructor_kwargs(source, max_turns)
 
 
 def play(
     env: str = typer.Argument(
-        ..., help="A reference name, an environment file, or an archive id (--archive)."
+        ..., help="A name (spade-rl envs list), an environment file, or an archive id (--archive)."
     ),
     model: str | None = typer.Option(
         None, "--model", "-m", help="Model name or path (default: SmolLM2-135M)."
@@ -47,7 +51,9 @@ def play(
     human: bool = typer.Option(False, "--human", help="Play yourself: type each action."),
     episodes: int = typer.Option(1, "--episodes", "-n", min=1, help="Episodes to play (batched)."),
     hint: bool = typer.Option(False, "--hint", help="Also play with the hint and compare win rates."),
-    hint_text: str | None = typer.Option(None, "--hint-text", help="The hint (default: the archive's)."),
+    hint_text: str | None = typer.Option(
+        None, "--hint-text", help="The hint (default: the archive's, or a named environment's own)."
+    ),
     archive: Path | None = ARCHIVE_OPTION,
     seed: int = typer.Option(0, "--seed", help="Seed of the first episode (episode i uses seed + i)."),
     max_turns: int = typer.Option(25, "--max-turns", min=1),

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spade_rl.envs import reference
+from spade_rl.envs import heldout, reference
 from spade_rl.envs.loader import find_env_classes
 
 
@@ -45,21 +45,45 @@ class EnvEntry:
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def reference_entry(name: str) -> EnvEntry:
-    """The reference environment ``name`` (the training references and the held-out games alike);
-    ``UnknownEnvironment`` lists the allowed names."""
-    if name not in reference.ALL:
-        raise UnknownEnvironment(
-            f"unknown reference environment {name!r}; allowed names: {', '.join(reference.ALL)}"
-        )
-    return EnvEntry(
-        name,
-        reference.source(name),
-        {},
-        reference.SETTINGS[name],
-        reference.HINTS.get(name, ""),
-        "reference",
+# Every environment that can be named: the reference environments (the training pool's and the held-out
+# games nim and compare), then the held-out families of spade_rl.envs.heldout (the primary yardstick).
+NAMED: tuple[str, ...] = reference.ALL + heldout.NAMES
+
+
+def named_list() -> str:
+    """The names allowed, for messages: the references, the held-out games, the held-out families."""
+    return (
+        f"{', '.join(reference.NAMES)}, the held-out games {', '.join(reference.HELD_OUT)}, and the "
+        f"held-out families {', '.join(heldout.NAMES)}"
     )
+
+
+def reference_entry(name: str) -> EnvEntry:
+    """The environment named ``name``: a reference environment (the training references and the held-out
+    games alike) or a held-out family, with its hint; ``UnknownEnvironment`` lists the allowed names."""
+    if name in reference.ALL:
+        return EnvEntry(
+            name,
+            reference.source(name),
+            {},
+            reference.SETTINGS[name],
+            reference.HINTS.get(name, ""),
+            "reference",
+        )
+    if name in heldout.NAMES:
+        return EnvEntry(
+            name, heldout.source(name), {}, heldout.SETTINGS[name], heldout.HINTS[name], "held-out"
+        )
+    raise UnknownEnvironment(f"unknown environment name {name!r}; allowed names: {named_list()}")
+
+
+def role(name: str) -> str:
+    """What a named environment is for: "pool" (trained on by default, shown to the designer), "held-out"
+    (nim, compare: never in a default), "held-out family" (the primary yardstick: never trained on, never
+    shown to the designer)."""
+    if name in reference.NAMES:
+        return "pool"
+    return "held-out" if name in reference.HELD_OUT else "held-out family"
 
 
 def archive_path(path: str | Path) -> Path:
@@ -184,12 +208,10 @@ def served_entries(
     for spec in specs:
         if Path(spec).is_file():
             entries.append(file_entry(spec))
-        elif spec in reference.ALL:
+        elif spec in NAMED:
             entries.append(reference_entry(spec))
         else:
-            raise UnknownEnvironment(
-                f"{spec} is neither a file nor a reference environment ({', '.join(reference.ALL)})"
-            )
+            raise UnknownEnvironment(f"{spec} is neither a file nor a named environment ({named_list()})")
     if archive:
         entries += archive_entries(archive, wanted)
     if jsonl:
