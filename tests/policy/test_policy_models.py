@@ -66,6 +66,16 @@ def test_cache_entries_appear_whole_or_not_at_all(monkeypatch: pytest.MonkeyPatc
     source.write_bytes(b"new weights")  # a new package version: the stale entry is replaced
     model_store._cached(Path("models/m"), complete, source=source)
     assert len(writes) == 2 and sorted(p.name for p in (tmp_path / "models").iterdir()) == ["m"]
+    marker = json.loads((target / model_store.MARKER).read_text())
+    installed = model_store.converting_libraries()["transformers"]
+    assert installed is not None and marker["libraries"]["transformers"] == installed
+    # Converted under another transformers (an upgrade since): converted again, not reused.
+    marker["libraries"]["transformers"] = "0.0.1"
+    (target / model_store.MARKER).write_text(json.dumps(marker))
+    model_store._cached(Path("models/m"), complete, source=source)
+    assert len(writes) == 3
+    model_store._cached(Path("models/m"), complete, source=source)
+    assert len(writes) == 3
 
 
 def test_leftovers_of_killed_conversions_are_swept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

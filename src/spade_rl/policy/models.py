@@ -274,7 +274,12 @@ def _cached(relative: Path, write: Callable[[Path], None], *, source: Path) -> P
         with quiet_progress():
             write(partial)
         seconds = time.perf_counter() - started
-        marker = {"format": CACHE_FORMAT, "source": str(source), "source_bytes": source.stat().st_size}
+        marker = {
+            "format": CACHE_FORMAT,
+            "source": str(source),
+            "source_bytes": source.stat().st_size,
+            "libraries": converting_libraries(),
+        }
         (partial / MARKER).write_text(json.dumps({**marker, "seconds": round(seconds, 2)}, indent=1))
         partial.chmod(0o755)  # mkdtemp made it private; a cache entry is as readable as its parent
         _replace(partial, target, source)
@@ -289,7 +294,30 @@ def _is_complete(folder: Path, source: Path) -> bool:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("format") == CACHE_FORMAT and marker.get("source_bytes") == source.stat().st_size
+    return (
+        marker.get("format") == CACHE_FORMAT
+        and marker.get("source_bytes") == source.stat().st_size
+        and marker.get("libraries") == converting_libraries()
+    )
+
+
+# The libraries whose code converts a packaged model (GGUF reading, tokenizer conversion, saving): the
+# same file converted under another version can differ (transformers 5.10.4 converted SmolLM2's
+# tokenizer with another end token), so a cache entry converted under other versions is converted again.
+CONVERTING_LIBRARIES = ("transformers", "gguf", "tokenizers", "safetensors")
+
+
+def converting_libraries() -> dict[str, str | None]:
+    """The installed versions of ``CONVERTING_LIBRARIES`` (None: not installed)."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in CONVERTING_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def _replace(partial: Path, target: Path, source: Path) -> None:
