@@ -484,3 +484,76 @@ def test_runs_go_seed_by_seed_and_the_records_come_back_in_the_file_s_order(tmp_
     assert written[0] == [("a", 0)] and written[1] == [("a", 0), ("b", 0)]
     assert written[2] == [("a", 0), ("a", 1), ("b", 0)]
     assert written[-1] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+
+
+def test_the_curriculum_table_pools_the_new_designs_of_each_third(tmp_path):
+    """Band fraction and new-design win rate of a third are over all its new designs together (weighted by
+    how many were played), not a mean of per-iteration fractions; a run without such metrics (the fixed
+    pool) shows dashes, and a comparison where no run has them shows no curriculum table at all."""
+    spec = load_experiment(write_experiment(tmp_path, MINIMAL))
+    start = tmp_path / "start.json"
+    result([True] + [False] * 9, "base").write(start)
+    lines = {
+        "a": [{"iteration": i, "agent/win_rate": 0.2, "format/illegal": 0.5} for i in range(1, 4)],
+        "b": [
+            # first third: 1 design in band of 1, then 0 of 3 -> 1/4 pooled (a mean of fractions: 0.5)
+            {
+                "iteration": 1,
+                "designer/new_played": 1,
+                "designer/band_fraction": 1.0,
+                "designer/new_win_rate": 0.5,
+            },
+            {
+                "iteration": 2,
+                "designer/new_played": 3,
+                "designer/band_fraction": 0.0,
+                "designer/new_win_rate": 0.0,
+            },
+            {"iteration": 3, "designer/new_played": 0, "designer/band_fraction": None},
+            {
+                "iteration": 4,
+                "designer/new_played": 2,
+                "designer/band_fraction": 0.5,
+                "designer/new_win_rate": 0.25,
+            },
+            {
+                "iteration": 5,
+                "designer/new_played": 2,
+                "designer/band_fraction": 1.0,
+                "designer/new_win_rate": 0.5,
+            },
+            {
+                "iteration": 6,
+                "designer/new_played": 2,
+                "designer/band_fraction": 0.5,
+                "pool/retired_total": 3,
+            },
+        ],
+    }
+    records = []
+    for arm, metrics in lines.items():
+        run_dir = tmp_path / arm
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+        result([True] * 2 + [False] * 8, arm).write(run_dir / "end.json")
+        records.append(
+            RunRecord(arm, 0, run_dir, len(metrics), 3.0, "iterations", start, run_dir / "end.json")
+        )
+    comparison = build_comparison(spec, records)
+    a, b = (t["curriculum"] for t in comparison["training"])
+    assert a["designer/band_fraction"] == {"first": None, "last": None} and a["new_played"] is None
+    assert a["format/illegal"] == {"first": 0.5, "last": 0.5}
+    assert b["designer/band_fraction"]["first"] == pytest.approx(0.25)
+    assert b["designer/band_fraction"]["last"] == pytest.approx(3 / 4)  # iterations 5-6: 2 + 1 of 4
+    assert b["designer/new_win_rate"]["first"] == pytest.approx(0.125)
+    assert b["designer/new_win_rate"]["last"] == pytest.approx(0.5)  # iteration 6 has no win rate
+    assert (b["new_played"], b["new_in_band"], b["retired_total"]) == (10, 5, 3)
+    markdown = to_markdown(comparison)
+    assert "## Curriculum" in markdown
+    assert "| b | 0 | 10 (5) | 0.25 → 0.75 | 0.12 → 0.50 | - → - | - → - | - → - | 3 |" in markdown
+    assert "| a | 0 | - (-) | - → - | - → - | - → - | 0.50 → 0.50 | - → - | - |" in markdown
+    for record in records:  # no curriculum metric in any run: no table
+        (record.run_dir / "metrics.jsonl").write_text(
+            json.dumps({"iteration": 1, "agent/win_rate": 0.2}) + "\n"
+        )
+    assert "## Curriculum" not in to_markdown(build_comparison(spec, records))

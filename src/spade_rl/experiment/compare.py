@@ -357,7 +357,59 @@ def _training(record: RunRecord) -> dict:
     third = max(1, len(lines) // 3)
     for key in ("agent/win_rate", "frontier/fraction", "regret/mean"):
         summary[key] = {"first": _mean(lines[:third], key), "last": _mean(lines[-third:], key)}
+    summary["curriculum"] = _curriculum(lines, third)
     return summary
+
+
+# Issue 40's curriculum, per run: how the new designs played (the band fraction and win rate of the new
+# designs, over the designs of a third of the run taken together, not a mean of per-iteration fractions),
+# what the agent's groups were spent on, and the agent's format (malformed / illegal turns). Absent keys
+# (runs that record no such metric: the fixed pool designs nothing) stay None.
+CURRICULUM_MEANS = ("format/malformed", "format/illegal", "pool/groups")
+
+
+def _curriculum(lines: list[dict], third: int) -> dict:
+    played = _total(lines, "designer/new_played")
+    in_band = _weighted_total(lines, "designer/band_fraction", "designer/new_played")
+    out: dict = {
+        "new_played": played,
+        "new_in_band": in_band,
+        "band_fraction_all": in_band / played if played and in_band is not None else None,
+        "retired_total": _last(lines, "pool/retired_total"),
+    }
+    for key in ("designer/band_fraction", "designer/new_win_rate"):
+        out[key] = {
+            "first": _weighted_mean(lines[:third], key, "designer/new_played"),
+            "last": _weighted_mean(lines[-third:], key, "designer/new_played"),
+        }
+    for key in CURRICULUM_MEANS:
+        out[key] = {"first": _mean(lines[:third], key), "last": _mean(lines[-third:], key)}
+    return out
+
+
+def _pairs(lines: list[dict], key: str, weight: str) -> list[tuple[float, float]]:
+    """(value, weight) of the lines holding both as finite numbers, with a positive weight."""
+    pairs = []
+    for m in lines:
+        value, w = m.get(key), m.get(weight)
+        if all(isinstance(x, int | float) and math.isfinite(x) for x in (value, w)) and w > 0:
+            pairs.append((float(value), float(w)))
+    return pairs
+
+
+def _weighted_total(lines: list[dict], key: str, weight: str) -> float | None:
+    pairs = _pairs(lines, key, weight)
+    return sum(v * w for v, w in pairs) if pairs else None
+
+
+def _weighted_mean(lines: list[dict], key: str, weight: str) -> float | None:
+    pairs = _pairs(lines, key, weight)
+    return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
+
+
+def _last(lines: list[dict], key: str) -> float | None:
+    values = [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+    return float(values[-1]) if values else None
 
 
 def _total(lines: list[dict], key: str) -> float | None:
@@ -463,6 +515,7 @@ def to_markdown(comparison: dict) -> str:
             cells.append(f"{_num(t[key]['first'])} → {_num(t[key]['last'])}")
         out.append("| " + " | ".join(cells) + " |")
     out += _cost_markdown(comparison["training"])
+    out += _curriculum_markdown(comparison["training"])
     out += ["", "![training curves](curves.png)", ""]
     return "\n".join(out)
 
@@ -522,6 +575,36 @@ def _cost_markdown(training: list[dict]) -> list[str]:
     for t in training:
         cells = [t["arm"], str(t["seed"]), f"{t['train_seconds']:.0f}", _count(t.get("update_seconds"))]
         cells += [_count(t.get(k)) for k in ("agent_tokens", "designer_tokens", "processed_tokens")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _curriculum_markdown(training: list[dict]) -> list[str]:
+    """Per run, first third -> last third: the new designs' band fraction and win rate, the groups on the
+    pool's older games, the agent's malformed and illegal turns; only where some run recorded them."""
+    rows = [t for t in training if t.get("curriculum")]
+    keys = ("designer/band_fraction", "designer/new_win_rate", *CURRICULUM_MEANS)
+    if not any(t["curriculum"][k][end] is not None for t in rows for k in keys for end in ("first", "last")):
+        return []
+    out = [
+        "",
+        "## Curriculum",
+        "",
+        "First third of the run → last third. Band fraction: the share of the new valid designs played whose "
+        "no-hint win rate lies in the frontier band (over all of that third's new designs together); new "
+        "win rate: their mean no-hint win rate; malformed / illegal: the share of the agent's turns "
+        "without a closed answer, and refused by the game; pool groups: full groups per iteration on the "
+        "pool's older games; retired: designs retired from play by the end.",
+        "",
+    ]
+    header = ["arm", "seed", "new designs played (in band)", "band fraction", "new win rate", "malformed"]
+    header += ["illegal", "pool groups", "retired"]
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in rows:
+        c = t["curriculum"]
+        cells = [t["arm"], str(t["seed"]), f"{_count(c['new_played'])} ({_count(c['new_in_band'])})"]
+        cells += [f"{_num(c[k]['first'])} → {_num(c[k]['last'])}" for k in keys]
+        cells.append(_count(c["retired_total"]))
         out.append("| " + " | ".join(cells) + " |")
     return out
 

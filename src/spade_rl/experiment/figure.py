@@ -3,9 +3,10 @@
     plot_curves(records, Path("runs/experiments/ci-tiny/curves.png"), title="ci-tiny")
 
 One panel per metric of the runs' ``metrics.jsonl`` (agent win rate without and with the hint, the
-fraction of played environments on the frontier, regret, designer valid rate, training
-loss), the iteration on the x axis, one colour per arm and one line style per seed. A metric an arm
-never records (the designer's valid rate of the fixed-pool arm) is simply absent from its panel.
+fraction of played environments on the frontier, regret, designer valid rate, training loss; where
+some run records them, the new designs' band fraction and win rate and the agent's malformed and illegal
+turns), the iteration on the x axis, one colour per arm and one line style per seed. A metric an arm never
+records (the designer's valid rate of the fixed-pool arm) is simply absent from its panel.
 
 Then two panels per held-out suite, its win rate and its mean return, read from the evaluation files
 themselves: the start (shared), every in-loop evaluation (``RUN_DIR/eval/iter-NNNN.json``) and the end,
@@ -30,6 +31,13 @@ PANELS = (
     ("regret/mean", "regret"),
     ("designer/valid_rate", "designer valid rate"),
     ("train/loss", "training loss"),
+)
+# Drawn only where some run records them (issue 40's curriculum and format metrics; earlier runs have none).
+CURRICULUM_PANELS = (
+    ("designer/band_fraction", "new designs in the frontier band"),
+    ("designer/new_win_rate", "new designs' win rate (no hint)"),
+    ("format/malformed", "agent turns malformed"),
+    ("format/illegal", "agent turns illegal"),
 )
 STYLES = ("-", "--", ":", "-.")
 
@@ -112,7 +120,10 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "", groups: t
         for suite in suites
         for value, label in (("win", "win rate"), ("return", "mean return"))
     ]
-    panels = [*PANELS, *eval_panels]
+    recorded = [
+        (key, label) for key, label in CURRICULUM_PANELS if any(_series(lines, key)[0] for _, lines in runs)
+    ]
+    panels = [*PANELS, *recorded, *eval_panels]
     columns = 3
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
