@@ -217,3 +217,41 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
     assert (loop.design_group_seeds, loop.pool_share, loop.hint_plays_for) == ("distinct", 0.5, "designs")
     assert (loop.probe_plays, loop.probe_min_wins, loop.retire_after_plays) == (4, 1, 8)
     assert dataclasses.replace(ablation, designer=spade.designer) == spade
+
+
+def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
+    """experiments/cpu-curriculum-levers.toml: each arm is plain SPADE plus its own option(s) and nothing
+    else; `all` is the SPADE arm of experiments/cpu-curriculum.toml; its evaluation seeds are not the
+    yardstick's (nothing is tuned on the held-out seeds)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    levers = load_experiment(root / "experiments" / "cpu-curriculum-levers.toml")
+    main = load_experiment(root / "experiments" / "cpu-curriculum.toml")
+    plain = levers.arm("plain").config(0)
+    spade, every = main.arm("spade").config(0), levers.arm("all").config(0)
+    assert (
+        dataclasses.replace(every, loop=dataclasses.replace(every.loop, iterations=spade.loop.iterations))
+        == spade
+    )
+    changed = {
+        "learnability": {("rewards", "mode")},
+        "edit": {("design", "edit_share")},
+        "distinct": {("loop", "design_group_seeds")},
+        "pool-share": {("loop", "pool_share")},
+        "probe-retire": {("loop", "probe_plays"), ("loop", "retire_after_plays")},
+        "hint-designs": {("loop", "hint_plays_for")},
+    }
+    for name, fields in changed.items():
+        config = levers.arm(name).config(0)
+        differ = {
+            (section.name, f.name)
+            for section in dataclasses.fields(plain)
+            if dataclasses.is_dataclass(getattr(plain, section.name))
+            for f in dataclasses.fields(getattr(plain, section.name))
+            if getattr(getattr(plain, section.name), f.name) != getattr(getattr(config, section.name), f.name)
+        }
+        assert differ == fields, name
+    assert not set(range(levers.evaluation.seed, levers.evaluation.seed + levers.evaluation.limit)) & set(
+        range(main.evaluation.seed, main.evaluation.seed + main.evaluation.limit)
+    )
