@@ -242,6 +242,11 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
         "probe-retire": {("loop", "probe_plays"), ("loop", "retire_after_plays")},
         "hint-designs": {("loop", "hint_plays_for")},
     }
+    penalised = levers.arm("all-format-penalty").config(0)
+    assert (
+        dataclasses.replace(penalised, loop=dataclasses.replace(penalised.loop, format_penalty=0.0)) == every
+    )
+    assert penalised.loop.format_penalty == 0.5
     for name, fields in changed.items():
         config = levers.arm(name).config(0)
         differ = {
