@@ -207,3 +207,56 @@ def test_a_policy_over_the_cap_by_luck_plays_more_seeds_before_a_verdict(pool):
     report = validate_source(pool, source, dataclasses.replace(settings, seed=seed))
     assert report.reason == "trivial_policy_wins", report
     assert f"wins {first} of 16 seeds, and {pooled} of 64 with 48 more seeds;" in report.message
+
+
+# --- one answer right too often (design.validation.max_common_answer_win_rate) ---------------------------
+# A design of experiments/results/cpu-curriculum (spade, seed 0: environment 9 of its archive) as the
+# designer wrote it (its question shortened): the answer is 2 or 3 at random, and the question says
+# nothing of which. The answer replay's half lets it through; its plays taught the agent to answer small
+# numbers without reading.
+COIN_FLIP = """class SequenceOfDoublingEnv(QuestionTask):
+    def make(self, rng):
+        start = rng.randint(10, 20)
+        one = rng.randint(1, 1)
+        one_times = rng.randint(2, 3)
+        question = f"A sequence of {start} steps doubles every second. How many steps in half of the time?"
+        return question, one * one_times
+
+    hint = "Each second adds the same amount: multiply it by the seconds and add the start."
+"""
+
+
+def test_one_answer_right_half_the_time_is_refused_when_asked(pool):
+    """At the defaults the verdict is the luck of the seeds (the answer replay allows half: "3" wins 8 of
+    16 or fewer about 60% of the time); with the common-answer cap it is refused at every seed, the
+    answer replay's constant winning about half of 16 seeds and of 48 more, the message giving both."""
+    source = kits.compose("question", COIN_FLIP)
+    defaults, capped = [], 0
+    for seed in range(6):
+        settings = ValidationSettings(max_turns=8, seed=seed)
+        defaults.append(validate_source(pool, source, settings).valid)
+        report = validate_source(pool, source, dataclasses.replace(settings, max_common_answer_win_rate=0.15))
+        assert report.reason == "answer_replay_wins", report
+        if "one answer is right too often" in report.message:  # (else over the answer replay's half too)
+            capped += 1
+            assert re.search(
+                r"wins \d+ of 16 other seeds, and \d+ of 64 with 48 more seeds; at most 15%", report.message
+            )
+            assert "max_common_answer_win_rate" in report.message
+    assert any(defaults), "valid at some seeds at the defaults: the hole the cap closes"
+    assert capped  # (the defaults play the replay only where one answer ends over half of 32 solutions)
+
+
+@pytest.mark.parametrize("name", reference.NAMES)
+def test_reference_games_stay_valid_with_the_common_answer_cap(pool, name):
+    for seed in PINNED:
+        settings = ValidationSettings(seed=seed, max_common_answer_win_rate=0.15)
+        report = validate_source(pool, reference.source(name), settings)
+        assert report.valid, report
+
+
+def test_the_common_answer_cap_is_checked():
+    for bad in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="max_common_answer_win_rate must be None"):
+            ValidationSettings(max_common_answer_win_rate=bad)
+    assert ValidationSettings().max_common_answer_win_rate is None

@@ -247,6 +247,12 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
         dataclasses.replace(penalised, loop=dataclasses.replace(penalised.loop, format_penalty=0.0)) == every
     )
     assert penalised.loop.format_penalty == 0.5
+    capped = levers.arm("all-common-answer-cap").config(0)
+    validation = dataclasses.replace(capped.design.validation, max_common_answer_win_rate=None)
+    assert (
+        dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=validation)) == every
+    )
+    assert capped.design.validation.max_common_answer_win_rate == 0.15
     for name, fields in changed.items():
         config = levers.arm(name).config(0)
         differ = {

@@ -78,6 +78,13 @@ class ValidationSettings:
     # (At max_trivial_win_rate it would refuse every question of three options, the kit's own example
     # of optimisation and two families of the warm-up's synthetic designs among them.)
     max_answer_replay_win_rate: float = 0.5
+    # The largest share of the trivial seeds the answer replay's constant (the answer seeds' most common
+    # answer) may win, counting the seeds whose own answer it is (None: off, as before). A question whose
+    # answer is 2 or 3 at random is won half the time by "2": the answer replay's half lets it through,
+    # and its plays teach an agent to answer small numbers without reading (experiments/results/
+    # cpu-curriculum, spade seed 0). Over the cap at the trivial seeds, the constant plays
+    # trivial_confirm_seeds more and the rate over all of them decides.
+    max_common_answer_win_rate: float | None = None
     max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
     reward_range: tuple[float, float] = (0.0, 1.0)
     env_kwargs: dict = field(default_factory=dict)
@@ -137,6 +144,13 @@ class ValidationSettings:
         for name in ("max_trivial_win_rate", "max_answer_replay_win_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        common = self.max_common_answer_win_rate
+        if common is not None and (
+            isinstance(common, bool) or not isinstance(common, int | float) or not 0.0 <= common <= 1.0
+        ):
+            raise ValueError(
+                f"max_common_answer_win_rate must be None (off) or a share in [0, 1], got {common!r}"
+            )
 
     def allowed(self) -> frozenset[str]:
         base = (

@@ -319,14 +319,19 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     """The cross-seed answer replay: the solutions of the answer seeds give their most common answer
     (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of them, it is
     played as a constant (repeated every turn) at the trivial seeds, other seeds than those it came
-    from, and fails when it wins more than that share of them: the answer needs no reading of the task."""
+    from, and fails when it wins more than that share of them: the answer needs no reading of the task.
+    With ``max_common_answer_win_rate`` set, it is also played when it ends more than that share of them,
+    and fails when it wins more than that share of the trivial seeds (and of as many more,
+    ``trivial_confirm_seeds``, where it is over at the first): one answer that is right too often."""
     s = battery.settings
     action, count = common_answer([space.solutions[seed] for seed in space.answer_seeds])
-    rate = s.max_answer_replay_win_rate
-    if count <= rate * len(space.answer_seeds):
+    rate, common = s.max_answer_replay_win_rate, s.max_common_answer_win_rate
+    low = rate if common is None else min(rate, common)
+    if count <= low * len(space.answer_seeds):
         return  # no answer is common enough to win as a constant
     seeds = space.trivial_seeds
-    wins = sum(won(battery, t) for t in play.play([(seed, [action] * s.max_turns, False) for seed in seeds]))
+    outcomes = [won(battery, t) for t in play.play([(seed, [action] * s.max_turns, False) for seed in seeds])]
+    wins = sum(outcomes)
     if wins > rate * len(seeds):
         raise Failed(
             "answer_replay_wins",
@@ -334,3 +339,21 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
             f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
             f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
         )
+    if common is None or wins <= common * len(seeds):
+        return
+    first, total = wins, len(seeds)
+    if s.trivial_confirm_seeds:  # over the cap by the luck of the draw? more seeds decide
+        more = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
+        again = [(seed, [action] * s.max_turns, False) for seed in more]
+        wins += sum(won(battery, t) for t in play.play(again))
+        total += len(more)
+        if wins <= common * total:
+            return
+    after = f", and {wins} of {total} with {total - len(seeds)} more seeds" if total > len(seeds) else ""
+    raise Failed(
+        "answer_replay_wins",
+        f"one answer is right too often: the final action {short(action)}, the answer of {count} of "
+        f"{len(space.answer_seeds)} seeds' solution(), played as a constant wins {first} of {len(seeds)} "
+        f"other seeds{after}; at most {common:.0%} may be won by one answer "
+        "(design.validation.max_common_answer_win_rate)",
+    )

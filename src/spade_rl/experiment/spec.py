@@ -196,7 +196,10 @@ def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
 # experiment that lacks one ran at that value, so it resumes only at that value (experiment.runner), and
 # a policy setting at that value is left out of the start key, so that a folder's start evaluation keeps
 # its name. A setting added to the configuration later belongs here with its "as before" value.
-ADDED_SETTINGS: dict[tuple[str, ...], object] = {("policy", "transformers", "batch_tokens"): 0}
+ADDED_SETTINGS: dict[tuple[str, ...], object] = {
+    ("policy", "transformers", "batch_tokens"): 0,
+    ("design", "validation", "max_common_answer_win_rate"): None,
+}
 
 
 def start_key_of_data(policy: dict, evaluation: dict) -> str:
