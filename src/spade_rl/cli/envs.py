@@ -44,14 +44,10 @@ def envs_list(
     if archive is None:
         from spade_rl.envs.sources import NAMED, role
 
+        settings = {**reference.SETTINGS, **heldout.SETTINGS}
         descriptions = {**reference.DESCRIPTIONS, **heldout.DESCRIPTIONS}
         rows = [
-            {
-                "name": n,
-                "role": role(n),
-                "setting": reference_entry(n).setting,
-                "description": descriptions[n],
-            }
+            {"name": n, "role": role(n), "setting": settings[n], "description": descriptions[n]}
             for n in NAMED
         ]
         title = "named environments (role: pool = trained on and shown to the designer by default)"

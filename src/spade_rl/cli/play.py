@@ -33,10 +33,16 @@ def _resolve_play_target(
                 raise fail(f"no environment {env} in {archive}: {exc}") from None
         kwargs = play_kwargs(record.source, record.env_kwargs, max_turns)
         return record.source, hint_text or record.hint, record.setting, f"archive env {env}", kwargs
-    source = read_env(env)
-    if not Path(env).is_file() and env in NAMED:  # a named environment: its own setting and hint
+    if env in NAMED and not Path(env).is_file():  # a named environment: its own setting and hint
         entry = reference_entry(env)
-        return source, hint_text or entry.hint, entry.setting, env, constructor_kwargs(source, max_turns)
+        return (
+            entry.source,
+            hint_text or entry.hint,
+            entry.setting,
+            env,
+            constructor_kwargs(entry.source, max_turns),
+        )
+    source = read_env(env)
     setting = "tool_use" if "<tool_call>" in source else "games"
     return source, hint_text or "", setting, env, constructor_kwargs(source, max_turns)
 

@@ -330,8 +330,11 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     if count <= low * len(space.answer_seeds):
         return  # no answer is common enough to win as a constant
     seeds = space.trivial_seeds
-    outcomes = [won(battery, t) for t in play.play([(seed, [action] * s.max_turns, False) for seed in seeds])]
-    wins = sum(outcomes)
+
+    def wins_at(at: list[int]) -> int:
+        return sum(won(battery, t) for t in play.play([(seed, [action] * s.max_turns, False) for seed in at]))
+
+    wins = wins_at(seeds)
     if wins > rate * len(seeds):
         raise Failed(
             "answer_replay_wins",
@@ -344,8 +347,7 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     first, total = wins, len(seeds)
     if s.trivial_confirm_seeds:  # over the cap by the luck of the draw? more seeds decide
         more = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
-        again = [(seed, [action] * s.max_turns, False) for seed in more]
-        wins += sum(won(battery, t) for t in play.play(again))
+        wins += wins_at(more)
         total += len(more)
         if wins <= common * total:
             return

@@ -374,7 +374,6 @@ def _curriculum(lines: list[dict], third: int) -> dict:
     out: dict = {
         "new_played": played,
         "new_in_band": in_band,
-        "band_fraction_all": in_band / played if played and in_band is not None else None,
         "retired_total": _last(lines, "pool/retired_total"),
     }
     for key in ("designer/band_fraction", "designer/new_win_rate"):
@@ -407,18 +406,23 @@ def _weighted_mean(lines: list[dict], key: str, weight: str) -> float | None:
     return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
 
 
+def _numbers(lines: list[dict], key: str) -> list:
+    """The finite numbers ``key`` holds in ``lines``, in order."""
+    return [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+
+
 def _last(lines: list[dict], key: str) -> float | None:
-    values = [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+    values = _numbers(lines, key)
     return float(values[-1]) if values else None
 
 
 def _total(lines: list[dict], key: str) -> float | None:
-    values = [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+    values = _numbers(lines, key)
     return float(sum(values)) if values else None
 
 
 def _mean(lines: list[dict], key: str) -> float | None:
-    values = [m[key] for m in lines if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+    values = _numbers(lines, key)
     return sum(values) / len(values) if values else None
 
 
