@@ -253,6 +253,9 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
         dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=validation)) == every
     )
     assert capped.design.validation.max_common_answer_win_rate == 0.15
+    anchored = levers.arm("all-kl").config(0)
+    assert dataclasses.replace(anchored, train=dataclasses.replace(anchored.train, beta=0.0)) == every
+    assert anchored.train.beta == 0.04
     for name, fields in changed.items():
         config = levers.arm(name).config(0)
         differ = {
