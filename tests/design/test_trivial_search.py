@@ -260,3 +260,123 @@ def test_the_common_answer_cap_is_checked():
         with pytest.raises(ValueError, match="max_common_answer_win_rate must be None"):
             ValidationSettings(max_common_answer_win_rate=bad)
     assert ValidationSettings().max_common_answer_win_rate is None
+
+
+# --- the answer printed in the question (design.validation.max_copy_win_rate) ----------------------------
+# Designs of experiments/results/cpu-curriculum (spade-no-designer-training, seed 1: environments 37 and 94
+# of its archive) as the designer wrote them: the answer is the question's second word, or its first
+# number. Its agent won them 90-100% of the time and the memory's frontier edits copied them forward.
+COPIED = {
+    "second word": """class DifficultyEnv(QuestionTask):
+    def make(self, rng):
+        a, b = rng.sample(['Difficulty', 'Mantis', 'Pink', 'Gold', 'Gold'], 2)
+        question = f"The {a} beats the {b}."
+        return question, a
+
+    hint = "Follow the chain of comparisons to the one that nothing beats."
+""",
+    "first number": """class ExponentialDistributionEnv(QuestionTask):
+    def make(self, rng):
+        items = rng.randint(10, 34)
+        questions = rng.randint(10, 34)
+        question = f"There are {items} items in {items} questions. How many questions?"
+        return question, items
+
+    hint = "Multiply the number of items by the number of questions."
+""",
+}
+# Sound questions whose answer is printed in them too, but not at one place: one of two numbers (a copy
+# policy wins about half), and one of five words in a random order.
+TWO_WAY = """class LargerEnv(QuestionTask):
+    def make(self, rng):
+        a, b = rng.sample(range(10, 100), 2)
+        return f"Which is larger, {a} or {b}? Answer with the number.", max(a, b)
+
+    hint = "Compare the tens first."
+"""
+ODD_ONE = """class OddOneEnv(QuestionTask):
+    def make(self, rng):
+        fruits = rng.sample(["apple", "pear", "plum", "grape", "lemon", "mango"], 4)
+        animal = rng.choice(["horse", "tiger", "camel", "zebra"])
+        words = fruits + [animal]
+        rng.shuffle(words)
+        return "Which word is not a fruit: " + ", ".join(words) + "?", animal
+
+    hint = "Four of them grow on plants."
+"""
+COPY_CAP = 0.75  # experiments/cpu-curriculum-levers.toml, arm all-copy-cap
+
+
+@pytest.mark.parametrize("place", sorted(COPIED))
+def test_an_answer_printed_at_one_place_is_refused_when_asked(pool, place):
+    """At the defaults the hole is open (the random answers draw one candidate of some twenty); with the
+    copy cap the design is refused at every validation seed, the message naming the place, the rate and
+    the setting."""
+    source = kits.compose("question", COPIED[place])
+    defaults = []
+    expected = {"second word": "word 2", "first number": "number 1"}[place]
+    for seed in range(4):
+        settings = ValidationSettings(max_turns=8, seed=seed)
+        defaults.append(validate_source(pool, source, settings).valid)
+        report = validate_source(pool, source, dataclasses.replace(settings, max_copy_win_rate=COPY_CAP))
+        assert report.reason == "trivial_policy_wins", report
+        assert re.search(
+            rf"the answer is printed in the task: answering the {expected} of the first observation, at "
+            r"every seed, wins 16 of 16 seeds, and 64 of 64 with 48 more seeds; at most 75% may be won",
+            report.message,
+        ), report.message
+        assert "max_copy_win_rate" in report.message
+    assert all(defaults), "valid at the defaults: the hole the cap closes"
+
+
+@pytest.mark.parametrize("source", [TWO_WAY, ODD_ONE], ids=["two-way", "odd-one"])
+def test_answers_printed_at_changing_places_stay_valid_with_the_copy_cap(pool, source):
+    for seed in range(3):
+        settings = ValidationSettings(max_turns=8, seed=seed, max_copy_win_rate=COPY_CAP)
+        report = validate_source(pool, kits.compose("question", source), settings)
+        assert report.valid, report
+
+
+@pytest.mark.parametrize("name", reference.NAMES)
+def test_reference_games_stay_valid_with_the_copy_cap(pool, name):
+    for seed in PINNED:
+        settings = ValidationSettings(seed=seed, max_copy_win_rate=COPY_CAP)
+        report = validate_source(pool, reference.source(name), settings)
+        assert report.valid, report
+
+
+@pytest.mark.parametrize("skill", sorted(FAMILIES))
+def test_synthetic_designs_keep_their_verdict_with_the_copy_cap_but_logic(pool, skill):
+    """The warm-up's synthetic designs keep their verdict, but for the logic family's: its answer (the
+    tallest of a chain) is always the first thing the question names ("The {x} is taller than the {y}.
+    ..." -> x), its second word, and the cap refuses it. The untrained designer of
+    experiments/results/cpu-curriculum (spade-no-designer-training, seed 1) wrote its copies, with this
+    family's hint word for word, and its agent won them 90-100% of the time."""
+    rng = random.Random(skill)
+    for _ in range(2):
+        source = kits.compose("question", synthetic_design(rng, skill)[0])
+        for seed in PINNED:
+            plain = validate_source(pool, source, ValidationSettings(seed=seed))
+            capped = validate_source(pool, source, ValidationSettings(seed=seed, max_copy_win_rate=COPY_CAP))
+            if skill == "logic":
+                assert plain.valid, plain
+                assert capped.reason == "trivial_policy_wins" and "the word 2 of" in capped.message, capped
+            else:
+                assert (plain.valid, plain.reason) == (capped.valid, capped.reason), (seed, capped.message)
+
+
+def test_copy_places_are_the_first_numbers_and_words():
+    from spade_rl.design.trivial_search import COPY_POSITIONS, copies
+
+    found = copies("The Pink beats the Gold 3 times in 12 games.")
+    assert found["word 1"] == "The" and found["word 2"] == "Pink" and found["word 5"] == "Gold"
+    assert found["number 1"] == "3" and found["number 2"] == "12" and "number 3" not in found
+    many = copies(" ".join(f"w{k} x" for k in range(40)))
+    assert len([p for p in many if p.startswith("word ")]) == COPY_POSITIONS
+
+
+def test_the_copy_cap_is_checked():
+    for bad in (-0.1, 1.5, "most", True):
+        with pytest.raises(ValueError, match="max_copy_win_rate must be None"):
+            ValidationSettings(max_copy_win_rate=bad)
+    assert ValidationSettings().max_copy_win_rate is None

@@ -256,6 +256,11 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     anchored = levers.arm("all-kl").config(0)
     assert dataclasses.replace(anchored, train=dataclasses.replace(anchored.train, beta=0.0)) == every
     assert anchored.train.beta == 0.04
+    copy_capped = levers.arm("all-copy-cap").config(0)
+    uncapped = dataclasses.replace(copy_capped.design.validation, max_copy_win_rate=None)
+    design = dataclasses.replace(copy_capped.design, validation=uncapped)
+    assert dataclasses.replace(copy_capped, design=design) == every
+    assert copy_capped.design.validation.max_copy_win_rate == 0.75
     for name, fields in changed.items():
         config = levers.arm(name).config(0)
         differ = {

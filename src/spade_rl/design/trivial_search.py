@@ -25,6 +25,10 @@ What is played (the answer space comes from :mod:`spade_rl.design.answer_space`)
   fairly; one answer may win half the seeds, as the answer replay lets the most common one: a task with
   more than one right answer, such as an optimal schedule, is won by another seed's at some seeds);
 - the answer replay's constant (``answer_replay_wins``, see ``answer_replay``);
+- with ``max_copy_win_rate`` set, the copy policies (``copy_search``): each answers one place of the
+  first observation at every seed, its k-th number or its k-th word; a place that holds the seed's
+  answer at more than that share of the trivial seeds is played, and may win at most that share
+  (``trivial_policy_wins``; over it at the trivial seeds, ``trivial_confirm_seeds`` more decide);
 - where the environment is played with several answers (the constructor argument ``attempts`` > 1: the
   question kit's ``design.question_attempts``), the known answers in turn: at every trivial seed, the
   most common answers of other seeds' solutions (the answer seeds', else the other trivial seeds'), most
@@ -45,10 +49,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spade_rl.design.answer_space import (
+    answer_key,
     constant_candidates,
+    numbers_of,
     shaped_guess,
     source_literals,
     undeserved,
+    words_of,
     wrap_like,
 )
 from spade_rl.design.answers import common_answer, final_answer, trivial_actions
@@ -69,6 +76,8 @@ SCREEN_SEEDS = 3  # seeds every constant plays before the suspicious ones play e
 # instances.)
 STALL_STEPS = 2
 HELD = ("trivial", "shaped", "in turn")  # the policies held to max_trivial_win_rate
+COPY_POSITIONS = 16  # the copy policies answer one of the first 16 numbers or words of the first observation
+COPY_SUSPECTS = 4  # at most this many places are played (those most often the answer first)
 Play = tuple[str, str, int, list[str]]  # kind, name, seed, actions
 _DIGITS = re.compile(r"\d+")
 
@@ -292,6 +301,65 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
                 f"{len(seeds)} seeds whose solution answers otherwise; one answer may win at most "
                 f"{rate:.0%} of them (max_answer_replay_win_rate)",
             )
+
+
+def copies(observation: str) -> dict[str, str]:
+    """The copy policies' answers for an episode that opened with ``observation``, by place: its k-th
+    number (``"number k"``) and its k-th word (``"word k"``), k up to ``COPY_POSITIONS``."""
+    found = {f"number {k}": text for k, text in enumerate(numbers_of(observation, COPY_POSITIONS), 1)}
+    found.update({f"word {k}": text for k, text in enumerate(words_of(observation, COPY_POSITIONS), 1)})
+    return found
+
+
+def copy_search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
+    """The copy policies, with ``max_copy_win_rate`` set (else nothing): a place of the first
+    observation (``copies``) whose text is the seed's answer (its solution's final answer) at more than
+    that share of the trivial seeds is played there, answered every turn, as training plays; over the
+    cap, it plays ``trivial_confirm_seeds`` more, and ``Failed`` when the rate over all of them is still
+    over: the answer is printed in the task, at a place that does not change with the seed. Every win
+    counts (copying is the point), and a seed whose first observation has no such place is a loss."""
+    s = battery.settings
+    cap = s.max_copy_win_rate
+    if cap is None:
+        return
+    seeds = space.trivial_seeds
+    matches: Counter[str] = Counter()
+    for seed in seeds:
+        final = final_of(space, seed)
+        if final:
+            key = answer_key(final)
+            matches.update(
+                place for place, text in copies(space.observations[seed]).items() if answer_key(text) == key
+            )
+    suspects = [place for place, count in matches.most_common(COPY_SUSPECTS) if count > cap * len(seeds)]
+
+    def wins_at(place: str, at: list[int]) -> int:
+        plays = []
+        for seed in at:
+            text = copies(space.observations[seed]).get(place)
+            if text is not None:
+                plays.append((seed, [wrap_like(final_of(space, seed)) % text] * s.max_turns, True))
+        return sum(won(battery, t) for t in play.play(plays))
+
+    for place in suspects:
+        first = wins_at(place, seeds)
+        if first <= cap * len(seeds):
+            continue
+        wins, total = first, len(seeds)
+        if s.trivial_confirm_seeds:  # over the cap by the luck of the draw? more seeds decide
+            more = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
+            extend(battery, space, more)
+            wins += wins_at(place, more)
+            total += len(more)
+            if wins <= cap * total:
+                continue
+        after = f", and {wins} of {total} with {total - len(seeds)} more seeds" if total > len(seeds) else ""
+        raise Failed(
+            "trivial_policy_wins",
+            f"the answer is printed in the task: answering the {place} of the first observation, at every "
+            f"seed, wins {first} of {len(seeds)} seeds{after}; at most {cap:.0%} may be won by copying "
+            "(design.validation.max_copy_win_rate)",
+        )
 
 
 def several_answers(kwargs: dict) -> bool:

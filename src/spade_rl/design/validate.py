@@ -53,7 +53,10 @@ Checks, in order (the first failure decides the verdict):
   guessing wins), and no constant of the answer space the environment shows (its observations, hint,
   solutions' answers and source literals, neighbours of their numbers, negatives, the empty answer)
   wins more than ``max_answer_replay_win_rate`` of the seeds where the solution answers something
-  else; a malformed action that wins there is ``malformed_action_wins``;
+  else, and, with ``max_copy_win_rate`` set, no policy that answers one place of the first
+  observation at every seed (its k-th number or word) wins more than that share of them (an answer
+  printed in the question at one place); a malformed action that wins there is
+  ``malformed_action_wins``;
 - ``answer_replay_wins``: the cross-seed answer replay: the most common final answer of the solutions
   at ``answer_seeds`` seeds, played as a constant at the trivial policies' seeds (other seeds than
   those it came from), as training plays, wins at most ``max_answer_replay_win_rate`` of them (half by
@@ -335,6 +338,7 @@ class _Battery:
             space = trivial_search.answer_space(self, env)
             play = trivial_search.TrainingPlay(self, kwargs)
             trivial_search.search(self, play, space)
+            trivial_search.copy_search(self, play, space)
             self.passed("trivial_policies", t)
             if s.answer_seeds:
                 t = time.perf_counter()

@@ -199,6 +199,7 @@ def start_key(config: RunConfig, evaluation: EvalConfig) -> str:
 ADDED_SETTINGS: dict[tuple[str, ...], object] = {
     ("policy", "transformers", "batch_tokens"): 0,
     ("design", "validation", "max_common_answer_win_rate"): None,
+    ("design", "validation", "max_copy_win_rate"): None,
 }
 
 
