@@ -45,6 +45,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -334,6 +335,7 @@ def copy_search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> No
     suspects = [place for place, count in matches.most_common(COPY_SUSPECTS) if count > cap * len(seeds)]
 
     def wins_at(place: str, at: list[int]) -> int:
+        extend(battery, space, at)  # the confirmation seeds' first observations and solutions
         plays = []
         for seed in at:
             text = copies(space.observations[seed]).get(place)
@@ -345,21 +347,32 @@ def copy_search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> No
         first = wins_at(place, seeds)
         if first <= cap * len(seeds):
             continue
-        wins, total = first, len(seeds)
-        if s.trivial_confirm_seeds:  # over the cap by the luck of the draw? more seeds decide
-            more = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
-            extend(battery, space, more)
-            wins += wins_at(place, more)
-            total += len(more)
-            if wins <= cap * total:
-                continue
-        after = f", and {wins} of {total} with {total - len(seeds)} more seeds" if total > len(seeds) else ""
+        after = confirmed_over(battery, lambda at, place=place: wins_at(place, at), first, len(seeds), cap)
+        if after is None:
+            continue
         raise Failed(
             "trivial_policy_wins",
             f"the answer is printed in the task: answering the {place} of the first observation, at every "
             f"seed, wins {first} of {len(seeds)} seeds{after}; at most {cap:.0%} may be won by copying "
             "(design.validation.max_copy_win_rate)",
         )
+
+
+def confirmed_over(
+    battery: _Battery, wins_at: Callable[[list[int]], int], first: int, count: int, cap: float
+) -> str | None:
+    """A policy won ``first`` of ``count`` trivial seeds, more than ``cap`` of them: over the cap by the
+    luck of the draw? With ``trivial_confirm_seeds`` it plays that many more (``wins_at(seeds)``: its wins
+    there) and the rate over all of them decides. None when that brings it within the cap; else the
+    refusal's account of the more seeds (", and W of T with M more seeds", or "" when none played)."""
+    more_count = battery.settings.trivial_confirm_seeds
+    if not more_count:
+        return ""
+    more = battery.derived("trivial_confirm", more_count)
+    wins, total = first + wins_at(more), count + len(more)
+    if wins <= cap * total:
+        return None
+    return f", and {wins} of {total} with {len(more)} more seeds"
 
 
 def several_answers(kwargs: dict) -> bool:
@@ -412,18 +425,13 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
         )
     if common is None or wins <= common * len(seeds):
         return
-    first, total = wins, len(seeds)
-    if s.trivial_confirm_seeds:  # over the cap by the luck of the draw? more seeds decide
-        more = battery.derived("trivial_confirm", s.trivial_confirm_seeds)
-        wins += wins_at(more)
-        total += len(more)
-        if wins <= common * total:
-            return
-    after = f", and {wins} of {total} with {total - len(seeds)} more seeds" if total > len(seeds) else ""
+    after = confirmed_over(battery, wins_at, wins, len(seeds), common)
+    if after is None:
+        return
     raise Failed(
         "answer_replay_wins",
         f"one answer is right too often: the final action {short(action)}, the answer of {count} of "
-        f"{len(space.answer_seeds)} seeds' solution(), played as a constant wins {first} of {len(seeds)} "
+        f"{len(space.answer_seeds)} seeds' solution(), played as a constant wins {wins} of {len(seeds)} "
         f"other seeds{after}; at most {common:.0%} may be won by one answer "
         "(design.validation.max_common_answer_win_rate)",
     )
