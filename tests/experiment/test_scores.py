@@ -261,6 +261,9 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     design = dataclasses.replace(copy_capped.design, validation=uncapped)
     assert dataclasses.replace(copy_capped, design=design) == every
     assert copy_capped.design.validation.max_copy_win_rate == 0.75
+    blended = levers.arm("all-blend-reward").config(0)
+    assert blended.rewards == plain.rewards and blended.rewards.mode != every.rewards.mode
+    assert dataclasses.replace(blended, rewards=every.rewards) == every
     for name, fields in changed.items():
         config = levers.arm(name).config(0)
         differ = {
