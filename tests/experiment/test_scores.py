@@ -261,6 +261,7 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     design = dataclasses.replace(copy_capped.design, validation=uncapped)
     assert dataclasses.replace(copy_capped, design=design) == every
     assert copy_capped.design.validation.max_copy_win_rate == 0.75
+    assert levers.arm("all-again").config(0) == every  # the same arm again, on another machine
     blended = levers.arm("all-blend-reward").config(0)
     assert blended.rewards == plain.rewards and blended.rewards.mode != every.rewards.mode
     assert dataclasses.replace(blended, rewards=every.rewards) == every
