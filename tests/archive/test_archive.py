@@ -510,6 +510,53 @@ def test_batch_commits_atomically_and_readers_see_only_commits(tmp_path, archive
     reader.close()
 
 
+def journal_mode(path) -> str:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        db.close()
+
+
+def side_files(path) -> list[str]:
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name + "-"))
+
+
+def test_a_closed_archive_is_one_file_that_reading_leaves_alone(tmp_path):
+    path = tmp_path / "archive.sqlite"
+    with Archive(path) as writer:
+        add(writer, env_source(0))
+        assert journal_mode(path) == "wal"  # readers elsewhere read while it writes
+        assert side_files(path) == ["archive.sqlite-shm", "archive.sqlite-wal"]
+    assert side_files(path) == [] and journal_mode(path) == "delete"
+    with Archive(path, readonly=True) as reader:  # spade-rl envs list/show --archive
+        assert [reader.get(i).source for i in reader.ids()] == [env_source(0)]
+    assert side_files(path) == []
+    with Archive(path) as writer:  # a resumed run writes in WAL mode again
+        assert journal_mode(path) == "wal"
+        add(writer, env_source(1))
+    assert side_files(path) == [] and len(Archive(path, readonly=True)) == 2
+
+
+def test_a_writer_closing_beside_an_open_reader_keeps_wal_and_loses_nothing(tmp_path):
+    path = tmp_path / "archive.sqlite"
+    writer = Archive(path)
+    add(writer, env_source(0))
+    reader = Archive(path, readonly=True)
+    assert len(reader) == 1
+    second = Archive(path)  # another writer (another process, or a resumed run beside an old handle)
+    writer.close()  # SQLite refuses to leave WAL while others have the file open: no error, no wait
+    assert journal_mode(path) == "wal"
+    add(second, env_source(1))
+    assert len(reader) == 2  # the reader still reads the live WAL
+    reader.close()
+    second.close()  # the last writer out checkpoints it
+    assert side_files(path) == [] and journal_mode(path) == "delete"
+    with Archive(path, readonly=True) as again:
+        assert [again.get(i).source for i in again.ids()] == [env_source(0), env_source(1)]
+        assert again.check_integrity() == []
+
+
 # -- processes --------------------------------------------------------------------------------------
 
 WRITER = """

@@ -1,11 +1,14 @@
 """The SQLite file under an ``Archive``: opened, created with its schema or checked, and transactions.
 
-The file is in WAL mode: readers in other connections or processes read a consistent snapshot while
-one writer writes. A file that is not an archive, or of another schema version, is refused with what
-it is instead. ``transaction()`` is a write transaction (``BEGIN IMMEDIATE``; nested, a savepoint),
-``snapshot()`` a read transaction (several queries see one committed state). ``scalar``, ``insert_env``,
-``insert_lineage`` and ``write_stats`` are the statements that ``Archive`` and the JSONL import
-(:mod:`spade_rl.archive.jsonl`) both write with, inside a transaction of theirs.
+The file is in WAL mode while a writer has it open: readers in other connections or processes read a
+consistent snapshot while one writer writes. The last writer to close it checkpoints it back into one
+file (rollback-journal mode), so that a finished run's archive is one file, which a read-only open
+(``spade-rl envs list --archive``) leaves as it found it, with no ``-wal``/``-shm`` files beside it; the
+next writer turns WAL on again. A file that is not an archive, or of another schema version, is
+refused with what it is instead. ``transaction()`` is a write transaction (``BEGIN IMMEDIATE``;
+nested, a savepoint), ``snapshot()`` a read transaction (several queries see one committed state).
+``scalar``, ``insert_env``, ``insert_lineage`` and ``write_stats`` are the statements that ``Archive``
+and the JSONL import (:mod:`spade_rl.archive.jsonl`) both write with, inside a transaction of theirs.
 """
 
 from __future__ import annotations
@@ -49,7 +52,21 @@ class ArchiveConnection:
             raise
 
     def close(self) -> None:
+        if not self.readonly and not self.conn.in_transaction:
+            self._leave_wal()
         self.conn.close()
+
+    def _leave_wal(self) -> None:
+        """Checkpoint the WAL into the file and leave WAL mode, if no other connection has the file open.
+
+        SQLite refuses at once (busy timeout 0) while another connection, in this process or another, has
+        it open: that connection, if it writes, does it when it closes; one that only reads leaves the WAL
+        as it is."""
+        try:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            self.conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+        except sqlite3.Error as exc:
+            log.debug("archive %s stays in WAL mode on close: %s", self.path, exc)
 
     def _identify(self) -> tuple[int, int, list[str]]:
         try:
@@ -66,9 +83,7 @@ class ArchiveConnection:
     def _open(self) -> None:
         app_id, version, tables = self._identify()
         if app_id == 0 and not tables and not self.readonly:
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                log.warning("archive %s: SQLite refused WAL mode (got %s); readers may wait", self.path, mode)
+            self._enter_wal()
             with self.transaction():  # another process may be creating it at the same moment
                 app_id, version, tables = self._identify()
                 if app_id == 0 and not tables:
@@ -93,8 +108,18 @@ class ArchiveConnection:
                 f"version reads schema version {SCHEMA_VERSION} only"
             )
         if not self.readonly:
+            self._enter_wal()  # an archive its last writer closed is in rollback-journal mode
             self.conn.execute(f"PRAGMA synchronous = {self.config.synchronous}")
         self.conn.execute("PRAGMA foreign_keys = ON")
+
+    def _enter_wal(self) -> None:
+        """WAL mode for a writer, so that readers elsewhere read while it writes."""
+        try:
+            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:  # another connection is writing in rollback-journal mode
+            mode = f"an error: {exc}"
+        if str(mode).lower() != "wal":
+            log.warning("archive %s: SQLite refused WAL mode (got %s); readers may wait", self.path, mode)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -1,7 +1,8 @@
 """The environment archive: every environment a run proposed, its verdict, statistics and lineage.
 
-One SQLite file per run (``archive.sqlite`` in the run directory) in WAL mode: readers in other
-connections or processes read a consistent snapshot while one writer writes. Every ``add`` and
+One SQLite file per run (``archive.sqlite`` in the run directory), in WAL mode while it is written: readers
+in other connections or processes read a consistent snapshot while one writer writes (the last writer to
+close it checkpoints it into one file again). Every ``add`` and
 ``record_stats`` commits its own transaction; ``batch()`` groups several into one atomic commit. A
 killed process loses only its uncommitted transaction, never a committed one.
 
