@@ -1,0 +1,89 @@
+"""experiments/revalidate.py: a run's archived designs validated again with the caps on, counted by whether
+the run's agent won them; through the real sandbox, on a run directory written as a run writes one."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade_rl.archive import Archive, PlayStats
+from spade_rl.envs import kits
+from spade_rl.loop.config import load_config, save_config
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "revalidate.py"
+
+# The answer is 2 or 3 at random whatever the question says (experiments/results/cpu-curriculum, spade
+# seed 0), the answer printed at one place of the question (spade-no-designer-training seed 1), and a
+# sound question.
+COIN_FLIP = """class DoublingEnv(QuestionTask):
+    def make(self, rng):
+        start, answer = rng.randint(10, 20), rng.randint(2, 3)
+        return f"A sequence of {start} steps doubles every second. How many in half the time?", answer
+
+    hint = "Each second adds the same amount: multiply it by the seconds and add the start."
+"""
+COPIED = """class BeatsEnv(QuestionTask):
+    def make(self, rng):
+        a, b = rng.sample(['Difficulty', 'Mantis', 'Pink', 'Gold', 'Silver'], 2)
+        return f"The {a} beats the {b}. Which one wins?", a
+
+    hint = "Follow the chain of comparisons to the one that nothing beats."
+"""
+SOUND = """class SumEnv(QuestionTask):
+    def make(self, rng):
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        return f"What is {a} + {b}?", a + b
+
+    hint = "Add the hundreds, then the tens, then the ones, carrying as you go."
+"""
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("revalidate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["revalidate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    save_config(load_config(None, ["sandbox.pool_size=2"]), tmp_path / "config.json")  # as a run saves it
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        for i, (design, won) in enumerate(((COIN_FLIP, 0.5), (COPIED, 1.0), (SOUND, 0.0))):
+            hint = design.split('hint = "')[1].split('"')[0]
+            env = archive.add(
+                kits.compose("question", design), valid=True, reason="ok", skill="math", setting="games",
+                iteration=1, hint=hint,
+            )  # fmt: skip
+            archive.record_stats(env.env_id, 1 + i, PlayStats(8, 0, won, 0.0, 0.0, 1.0, won, 0.0))
+    return tmp_path
+
+
+def test_the_caps_refuse_the_won_classes_and_keep_the_sound_design(script, run_dir):
+    result = script.revalidate(run_dir, common=0.15, copy=0.75, seed=0)
+    assert result["designs"] == 3
+    verdicts = {item["id"]: item["verdict"] for item in result["refused"]}
+    assert verdicts.get(2) == "copy cap", result
+    assert verdicts.get(1) in ("common-answer cap", "other (answer_replay_wins)"), result
+    assert 3 not in verdicts, result  # the sound sum stays valid
+    assert result["counts"]["never won"] == {"valid": 1}
+    assert sum(result["counts"]["won"].values()) == 2
+
+
+def test_the_caps_off_refuse_neither_copy_nor_sound(script, run_dir):
+    result = script.revalidate(run_dir, common=None, copy=None, seed=0)
+    verdicts = {item["id"]: item["verdict"] for item in result["refused"]}
+    assert 2 not in verdicts and 3 not in verdicts, result
+
+
+def test_a_folder_that_is_not_a_run_is_refused_with_what_it_needs(script, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["revalidate.py", str(tmp_path)])
+    with pytest.raises(SystemExit) as stopped:
+        script.main()
+    assert stopped.value.code == 2
+    assert "has no config.json" in capsys.readouterr().err
