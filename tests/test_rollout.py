@@ -9,7 +9,7 @@ import pytest
 
 from spade_rl.envs import reference
 from spade_rl.policy import FakePolicy, default_tokenizer
-from spade_rl.rollout import EpisodeSpec, RolloutConfig, play_episode, run_episodes
+from spade_rl.rollout import SYSTEM_PROMPTS, EpisodeSpec, RolloutConfig, play_episode, run_episodes
 from spade_rl.sandbox import Sandbox, SandboxConfig
 
 
@@ -196,6 +196,34 @@ def test_action_prefix_settings_are_checked():
         RolloutConfig(action_prefix={"chess": "\\boxed{"})
     with pytest.raises(ValueError, match="list of non-empty strings"):
         RolloutConfig(action_stop={"games": "}"})
+
+
+def test_a_system_prompt_given_for_one_setting_keeps_the_others(pool, tokenizer):
+    """rollout.system_prompts.games = "..." (an override, or a [rollout.system_prompts] table naming one
+    setting) replaces the games prompt only: tool-use episodes keep theirs (they got the games prompt
+    before), and a table without games no longer breaks every game episode."""
+    games_only = RolloutConfig(max_turns=1, system_prompts={"games": "Answer inside \\boxed{}."})
+    assert games_only.system_prompts == {**SYSTEM_PROMPTS, "games": "Answer inside \\boxed{}."}
+    tools_only = RolloutConfig(max_turns=1, system_prompts={"tool_use": "Use the tools."})
+    assert tools_only.system_prompts["games"] == SYSTEM_PROMPTS["games"]
+    policy = FakePolicy(lambda chat: "\\boxed{1}", tokenizer=tokenizer)
+    specs = [
+        EpisodeSpec(reference.source("guess"), seed=0),
+        EpisodeSpec(reference.source("tools"), seed=0, setting="tool_use"),
+    ]
+    cases = [
+        (games_only, ("Answer inside \\boxed{}.", SYSTEM_PROMPTS["tool_use"])),
+        (tools_only, (SYSTEM_PROMPTS["games"], "Use the tools.")),
+    ]
+    for config, prompts in cases:
+        episodes = run_episodes(policy, pool, specs, config)
+        assert tuple(e.messages[0]["content"] for e in episodes) == prompts
+    with pytest.raises(ValueError, match=r"system_prompts has settings \['chess'\]; allowed settings"):
+        RolloutConfig(system_prompts={"chess": "Play chess."})
+    with pytest.raises(ValueError, match=r"system_prompts\.games must be a string"):
+        RolloutConfig(system_prompts={"games": 3})
+    with pytest.raises(ValueError, match="system_prompts must be a table of settings"):
+        RolloutConfig(system_prompts="Play.")
 
 
 def test_play_episode_takes_actions_from_a_function_with_the_rollouts_environment_side(pool):

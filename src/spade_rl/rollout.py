@@ -86,6 +86,9 @@ class RolloutConfig:
     # past it the episode ends as an environment failure ("time_budget"), so that an environment that
     # answers every step just under call_timeout_s cannot slow every turn of a batch to its pace.
     episode_env_budget_s: float = 20.0
+    # Per setting ("games", "tool_use"): the system prompt of every episode. A table that names some
+    # settings only keeps the default prompt of the others (rollout.system_prompts.games = "..." leaves
+    # the tool-use prompt as it is).
     system_prompts: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_PROMPTS))
     # Per setting: text put at the start of every agent turn (after the assistant header) before the
     # model continues, e.g. "\\boxed{" for games: the action is the prefix plus what the model writes.
@@ -110,12 +113,22 @@ class RolloutConfig:
                 )
         if self.max_new_tokens >= self.max_context_tokens:
             raise ValueError("rollout max_new_tokens must be smaller than max_context_tokens")
-        for name in ("action_prefix", "action_stop"):
+        for name in ("system_prompts", "action_prefix", "action_stop"):
+            if not isinstance(getattr(self, name), dict):
+                raise ValueError(
+                    f"rollout {name} must be a table of settings, got {getattr(self, name)!r}; "
+                    f"allowed settings: {list(SYSTEM_PROMPTS)}"
+                )
             unknown = sorted(set(getattr(self, name)) - set(SYSTEM_PROMPTS))
             if unknown:
                 raise ValueError(
                     f"rollout {name} has settings {unknown}; allowed settings: {list(SYSTEM_PROMPTS)}"
                 )
+        for setting, prompt in self.system_prompts.items():
+            if not isinstance(prompt, str):
+                raise ValueError(f"rollout system_prompts.{setting} must be a string, got {prompt!r}")
+        # the settings it does not name keep their default prompt (a frozen dataclass: set once, here)
+        object.__setattr__(self, "system_prompts", {**SYSTEM_PROMPTS, **self.system_prompts})
         for setting, prefix in self.action_prefix.items():
             if not isinstance(prefix, str):
                 raise ValueError(f"rollout action_prefix.{setting} must be a string, got {prefix!r}")
