@@ -66,6 +66,25 @@ def test_turn_budget_is_passed_to_environments_that_take_it(pool, tokenizer):
     assert all(i.detail["stop_reason"] == "truncated" for i in result.items)  # the environment ended them
 
 
+def test_a_system_prompt_option_replaces_the_games_prompt_only(pool, tokenizer):
+    """envs.system_prompt: a model trained with rollout.system_prompts.games is evaluated under its own
+    prompt; the default ("") is the rollout's."""
+    from spade_rl.rollout import SYSTEM_PROMPTS
+
+    prompts = []
+
+    def answer(chat):
+        prompts.append(chat[0]["content"])
+        return "\\boxed{1}"
+
+    policy = FakePolicy(answer, tokenizer=tokenizer)
+    EnvsSuite(envs=("guess",), max_turns=1).run(policy, _ctx(pool, limit=1))
+    mine = "Give one action inside \\boxed{}."
+    result = EnvsSuite(envs=("guess",), max_turns=1, system_prompt=mine).run(policy, _ctx(pool, limit=1))
+    assert prompts == [SYSTEM_PROMPTS["games"], mine]
+    assert result.config["system_prompt"] == mine
+
+
 HANGS = """
 class HangEnv:
     def __init__(self, max_turns=5):

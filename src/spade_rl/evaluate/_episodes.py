@@ -64,7 +64,8 @@ def play_episodes(
     policy: Policy, sandbox: Sandbox, specs: list[EpisodeSpec], o: dict, ctx: EvalContext
 ) -> list:
     """Play ``specs`` in batches of ``o["batch_episodes"]`` with the suite's turn options (``max_turns``,
-    ``max_new_tokens``, ``max_context_tokens``, ``call_timeout_s``, ``action_prefix``, ``action_stop``) and
+    ``max_new_tokens``, ``max_context_tokens``, ``call_timeout_s``, ``action_prefix``, ``action_stop``,
+    ``system_prompt``) and
     the evaluation's sampling. Batch ``b`` of the ``d``-th sampled run (``ctx.draw``) is seeded
     ``ctx.seed + b's first index + d * DRAW_STRIDE``: the same episodes, other seeds."""
     config = RolloutConfig(
@@ -76,6 +77,7 @@ def play_episodes(
         call_timeout_s=o["call_timeout_s"],
         action_prefix={"games": o["action_prefix"]} if o["action_prefix"] else {},
         action_stop={"games": list(o["action_stop"])} if o["action_stop"] else {},
+        system_prompts={"games": o["system_prompt"]} if o.get("system_prompt") else {},
     )
     episodes: list[Episode] = []
     for start in range(0, len(specs), o["batch_episodes"]):

@@ -59,6 +59,9 @@ class ExternalGamesSuite(Suite):
             # (rollout.action_prefix / action_stop: the CPU default plays with "\\boxed{" and "}").
             "action_prefix": "",
             "action_stop": (),
+            # The system prompt of every game episode ("": the rollout's default for games), for a model
+            # trained with another one (rollout.system_prompts.games): evaluated under the prompt it knows.
+            "system_prompt": "",
         }
 
     def __init__(self, **options: Any) -> None:

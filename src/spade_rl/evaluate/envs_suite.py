@@ -79,6 +79,9 @@ class EnvsSuite(Suite):
         # (rollout.action_prefix / action_stop: the CPU default plays with "\\boxed{" and "}").
         "action_prefix": "",
         "action_stop": (),
+        # The system prompt of every game episode ("": the rollout's default for games), for a model
+        # trained with another one (rollout.system_prompts.games): evaluated under the prompt it knows.
+        "system_prompt": "",
         # Reference environments only: constructor arguments per name, as [pool.reference_kwargs] gives
         # them in training ({"guess": {"high": 20}}: the sizes the CPU default trains at).
         "env_kwargs": {},
