@@ -73,15 +73,16 @@ def test_a_system_prompt_option_replaces_the_games_prompt_only(pool, tokenizer):
 
     prompts = []
 
-    def answer(chat):
-        prompts.append(chat[0]["content"])
+    def answer(chat):  # the evaluation prompts by tokens: the chat it sees is the rendered conversation
+        prompts.append("\n".join(message["content"] for message in chat))
         return "\\boxed{1}"
 
     policy = FakePolicy(answer, tokenizer=tokenizer)
     EnvsSuite(envs=("guess",), max_turns=1).run(policy, _ctx(pool, limit=1))
     mine = "Give one action inside \\boxed{}."
     result = EnvsSuite(envs=("guess",), max_turns=1, system_prompt=mine).run(policy, _ctx(pool, limit=1))
-    assert prompts == [SYSTEM_PROMPTS["games"], mine]
+    assert len(prompts) == 2 and SYSTEM_PROMPTS["games"] in prompts[0] and mine not in prompts[0]
+    assert mine in prompts[1] and SYSTEM_PROMPTS["games"] not in prompts[1]
     assert result.config["system_prompt"] == mine
 
 
