@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "gpu_check.py"
@@ -39,11 +40,7 @@ SECTIONS = (
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("bench_gpu_check", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_gpu_check")
 
 
 def rows(output: str) -> dict[str, str]:

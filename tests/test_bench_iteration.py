@@ -6,22 +6,18 @@ is timed and every number is there."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from scripts import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "iteration.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_iteration", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_iteration"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_iteration")
 
 
 @pytest.mark.slow

@@ -3,12 +3,12 @@ the run's agent won them; through the real sandbox, on a run directory written a
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from scripts import load_script
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.envs import kits
 from spade_rl.loop.config import load_config, save_config
@@ -43,11 +43,7 @@ SOUND = """class SumEnv(QuestionTask):
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("revalidate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["revalidate"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "revalidate")
 
 
 @pytest.fixture
