@@ -36,13 +36,13 @@ def designs(archive: Path) -> list[dict]:
     db = sqlite3.connect(f"{archive.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     try:
         rows = db.execute(
-            "SELECT e.id, e.source, e.hint, e.iteration, MAX(COALESCE(s.win_rate_nohint, 0)) "
+            "SELECT e.id, e.source, e.hint, MAX(COALESCE(s.win_rate_nohint, 0)) "
             "FROM environments e LEFT JOIN stats s ON s.env_id = e.id "
             "WHERE e.valid = 1 AND e.iteration > 0 GROUP BY e.id ORDER BY e.id"
         ).fetchall()
     finally:
         db.close()
-    return [{"id": r[0], "source": r[1], "hint": r[2] or "", "iteration": r[3], "best": r[4]} for r in rows]
+    return [{"id": r[0], "source": r[1], "hint": r[2] or "", "best": r[3]} for r in rows]
 
 
 def verdict(reason: str, message: str) -> str:
@@ -88,13 +88,14 @@ def main() -> None:
     args = parser.parse_args()
     common = None if args.common < 0 else args.common
     copy = None if args.copy < 0 else args.copy
-    results = []
-    for run in args.runs:
+    for run in args.runs:  # every folder checked before any is validated
         for name in ("config.json", "archive.sqlite"):
             if not (run / name).is_file():
                 parser.error(
                     f"{run} has no {name}: give run directories (experiments/results/*/arms/*/seed-N)"
                 )
+    results = []
+    for run in args.runs:
         results.append(revalidate(run, common, copy, args.seed))
         if not args.json:
             r = results[-1]
