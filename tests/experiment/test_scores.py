@@ -194,7 +194,7 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
 
     root = Path(__file__).resolve().parents[2]
     spec = load_experiment(root / "experiments" / "cpu-curriculum.toml")
-    assert [a.name for a in spec.arms] == ["fixed-pool", "spade", "spade-no-designer-training"]
+    assert [a.name for a in spec.arms] == ["fixed-pool", "spade", "spade-no-designer-training", "spade-caps"]
     assert spec.seeds == (0, 1, 2) and spec.budget.wall_time_s == 1800 and spec.baseline == "fixed-pool"
     primary, pool = spec.scores
     assert primary.name == "primary" and len(primary.categories) >= 4
@@ -217,6 +217,14 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
     assert (loop.design_group_seeds, loop.pool_share, loop.hint_plays_for) == ("distinct", 0.5, "designs")
     assert (loop.probe_plays, loop.probe_min_wins, loop.retire_after_plays) == (4, 1, 8)
     assert dataclasses.replace(ablation, designer=spade.designer) == spade
+    # The remedy arm is the SPADE arm with the two validation caps, and nothing else
+    capped = spec.arm("spade-caps").config(0)
+    validation = capped.design.validation
+    assert (validation.max_common_answer_win_rate, validation.max_copy_win_rate) == (0.15, 0.75)
+    uncapped = dataclasses.replace(validation, max_common_answer_win_rate=None, max_copy_win_rate=None)
+    assert (
+        dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=uncapped)) == spade
+    )
 
 
 def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
