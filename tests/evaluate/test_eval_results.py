@@ -115,6 +115,30 @@ def test_different_sampling_or_suite_options_are_flagged():
     assert "suite options differ (tasks)" in compare(a, c)[0].note
 
 
+def test_an_option_added_after_a_result_was_written_reads_as_its_default():
+    """A suite option added later (envs.system_prompt) is missing from the records written before it: an
+    older record is the same evaluation as a newer one at the option's default, and not beside another
+    value. Where the suite is not known here, a missing option is a difference, as any other."""
+    from spade_rl.evaluate.envs_suite import EnvsSuite
+
+    def envs(config: dict) -> EvalResult:
+        result = _result({"envs": _items([False, True] * 5)})
+        result.suites["envs"].config = {"seed": 0, "max_turns": 8, **config}
+        return result
+
+    older, newer = envs({}), envs({"system_prompt": EnvsSuite.OPTIONS["system_prompt"]})
+    for a, b in ((older, newer), (newer, older)):
+        [row] = compare(a, b)
+        assert row.comparable and row.p_value is not None, row.note
+    [row] = compare(older, envs({"system_prompt": "Answer in \\boxed{}."}))
+    assert not row.comparable and "suite options differ (system_prompt)" in row.note
+    [row] = compare(envs({}), envs({"max_turns": 30}))  # a recorded value still differs from another
+    assert "suite options differ (max_turns)" in row.note
+    unknown_a, unknown_b = _result({"s": _items([True])}), _result({"s": _items([True])})
+    unknown_b.suites["s"].config = {"seed": 0, "system_prompt": ""}
+    assert "suite options differ (system_prompt)" in compare(unknown_a, unknown_b)[0].note
+
+
 def test_suites_present_on_one_side_only():
     a = _result({"s": _items([True]), "t": _items([False, True])})
     b = _result({"s": _items([True]), "u": _items([True])})

@@ -392,6 +392,23 @@ SUITE_INSTALL: dict[str, str] = {
 }
 
 
+def recorded_defaults(name: str) -> dict[str, Any]:
+    """The options of the suite registered as ``name`` at their defaults, as a result records them (tuples
+    as lists): what an option that a result written before it existed left out was. Empty where the suite
+    is unknown or its module cannot be imported here."""
+    if name not in SUITES:
+        return {}
+    module_name, class_name = SUITES[name].split(":")
+    try:
+        suite_class = getattr(importlib.import_module(module_name), class_name, None)
+    except ImportError:
+        return {}
+    options = getattr(suite_class, "OPTIONS", None)
+    if not isinstance(options, dict):
+        return {}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
 class SuiteUnavailable(ValueError):
     """A suite's module or one of its optional dependencies is not installed."""
 

@@ -19,8 +19,9 @@ pairs; otherwise each side's scored items are tested with the unpaired two-propo
 variance). A row whose
 p-value is below ``alpha`` (0.05) exceeds the noise. Results that are not comparable (different suite
 versions, seeds, limits or suite options, or different sampling) are flagged with the reason and
-not tested. Where both sides were sampled, a row also carries each side's pass@k (at the k both
-have); pass@k differences are shown, not tested, and only when the samples' settings agree.
+not tested; an option that a result written before the option existed lacks counts as the suite's
+default. Where both sides were sampled, a row also carries each side's pass@k (at the k both have);
+pass@k differences are shown, not tested, and only when the samples' settings agree.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from spade_rl.evaluate.base import ItemResult, SuiteResult, wilson_interval
+from spade_rl.evaluate.base import ItemResult, SuiteResult, recorded_defaults, wilson_interval
 from spade_rl.evaluate.sampled import pass_at_k_of
 
 FORMAT = "spade-rl-eval/1"
@@ -238,8 +239,21 @@ def _suite_differences(sa: SuiteResult, sb: SuiteResult) -> list[str]:
     if sa.version != sb.version:
         problems.append(f"versions differ ({sa.version} vs {sb.version})")
     if sa.config != sb.config:
-        keys = sorted(k for k in set(sa.config) | set(sb.config) if sa.config.get(k) != sb.config.get(k))
-        problems.append(f"suite options differ ({', '.join(keys)})")
+        # An option one record lacks was added after it was written: it played at the suite's default
+        # then, so a record holding the default for it is the same evaluation
+        defaults = recorded_defaults(sa.suite)
+        missing = object()
+
+        def same(key: str) -> bool:
+            a, b = sa.config.get(key, missing), sb.config.get(key, missing)
+            if a is missing or b is missing:
+                present = b if a is missing else a
+                return key in defaults and present == defaults[key]
+            return a == b
+
+        keys = sorted(k for k in set(sa.config) | set(sb.config) if not same(k))
+        if keys:
+            problems.append(f"suite options differ ({', '.join(keys)})")
     return problems
 
 
