@@ -227,6 +227,35 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
     )
 
 
+def test_the_prompt_experiment_changes_only_the_games_prompt_of_the_curriculum_arms():
+    """experiments/cpu-curriculum-prompt.toml: each arm is cpu-curriculum's arm of that name with a games
+    prompt that has no placeholder to copy, trained and evaluated under it; the yardstick is otherwise
+    cpu-curriculum's."""
+    from pathlib import Path
+
+    from spade_rl.rollout import SYSTEM_PROMPTS
+
+    root = Path(__file__).resolve().parents[2]
+    prompt_file = load_experiment(root / "experiments" / "cpu-curriculum-prompt.toml")
+    main = load_experiment(root / "experiments" / "cpu-curriculum.toml")
+    options = prompt_file.evaluation.options["envs"]
+    prompt = options["system_prompt"]
+    assert prompt and prompt != SYSTEM_PROMPTS["games"] and "..." not in prompt and "\\boxed{}" in prompt
+    main_options = main.evaluation.options["envs"]
+    assert {k: v for k, v in options.items() if k != "system_prompt"} == main_options
+    assert dataclasses.replace(prompt_file.evaluation, options=main.evaluation.options) == main.evaluation
+    assert (prompt_file.seeds, prompt_file.budget, prompt_file.scores) == (
+        main.seeds,
+        main.budget,
+        main.scores,
+    )
+    assert [a.name for a in prompt_file.arms] == ["fixed-pool", "spade-caps", "spade"]
+    for arm in prompt_file.arms:
+        config, theirs = arm.config(0), main.arm(arm.name).config(0)
+        assert config.rollout.system_prompts == {**theirs.rollout.system_prompts, "games": prompt}
+        assert dataclasses.replace(config, rollout=theirs.rollout) == theirs
+
+
 def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     """experiments/cpu-curriculum-levers.toml: each arm is plain SPADE plus its own option(s) and nothing
     else; `all` is the SPADE arm of experiments/cpu-curriculum.toml; its evaluation seeds are not the
