@@ -1,16 +1,18 @@
-"""Which of a run's designs validation's caps would have refused: an offline check of two remedies.
+"""Which of a run's designs validation's caps would have refused: an offline check of the remedies.
 
-    python experiments/revalidate.py RUN_DIR [RUN_DIR ...] [--common 0.15] [--copy 0.75] [--seed 0]
+    python experiments/revalidate.py RUN_DIR [RUN_DIR ...] [--common 0.15] [--copy 0.75] [--undetermined]
+        [--seed 0]
 
-A run directory holds the run's config.json and archive.sqlite (experiments/results/*/arms/*/seed-*).
-Every design that the run's validation passed is validated again as that run validated it (its
-design.validation, rollout.max_turns and the question kit's arguments, in a sandbox of its sandbox
-settings), with ``max_common_answer_win_rate`` and ``max_copy_win_rate`` set, at fixed seeds
-(``--seed``, then one more for each design) so that the figures repeat. Each design is counted by
-whether the run's agent ever won it without the hint (a win rate above 0 in any iteration's statistics)
-and by its new verdict: still valid, refused by one of the caps (the message names the setting), or
-refused by another check (validation draws its seeds: at other seeds than the run's, a design near a
-limit can fall on the other side of it). Training plays nothing: no model is loaded, only the sandbox.
+A run directory holds the run's config.json and archive.sqlite (experiments/results/*/arms/*/seed-*). Every
+design that the run's validation passed is validated again as that run validated it (its design.validation,
+rollout.max_turns and the question kit's arguments, in a sandbox of its sandbox settings), with
+``max_common_answer_win_rate`` and ``max_copy_win_rate`` set (and, with ``--undetermined``,
+``refuse_undetermined_answers``), at fixed seeds (``--seed``, then one more for each design) so that the
+figures repeat. Each design is counted by whether the run's agent ever won it without the hint (a win rate
+above 0 in any iteration's statistics) and by its new verdict: still valid, refused by one of the caps (the
+message names the setting), or refused by another check (validation draws its seeds: at other seeds than the
+run's, a design near a limit can fall on the other side of it). Training plays nothing: no model is loaded,
+only the sandbox.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from spade_rl.design.validate import validate_source
 from spade_rl.loop.config import load_config
 from spade_rl.sandbox import Sandbox
 
-CAPS = {"max_common_answer_win_rate": "common-answer cap", "max_copy_win_rate": "copy cap"}
+CAPS = {
+    "max_common_answer_win_rate": "common-answer cap",
+    "max_copy_win_rate": "copy cap",
+    "refuse_undetermined_answers": "undetermined answer",
+}
 
 
 def designs(archive: Path) -> list[dict]:
@@ -54,10 +60,17 @@ def verdict(reason: str, message: str) -> str:
     return f"other ({reason})"
 
 
-def revalidate(run: Path, common: float | None, copy: float | None, seed: int) -> dict:
+def revalidate(
+    run: Path, common: float | None, copy: float | None, seed: int, undetermined: bool = False
+) -> dict:
     config = load_config(run / "config.json")
     settings = config.design_phase.question_validation
-    settings = dataclasses.replace(settings, max_common_answer_win_rate=common, max_copy_win_rate=copy)
+    settings = dataclasses.replace(
+        settings,
+        max_common_answer_win_rate=common,
+        max_copy_win_rate=copy,
+        refuse_undetermined_answers=undetermined,
+    )
     rows = designs(run / "archive.sqlite")
     counts: dict[str, Counter] = {"won": Counter(), "never won": Counter()}
     refused: list[dict] = []
@@ -83,6 +96,9 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (config.json, archive.sqlite)")
     parser.add_argument("--common", type=float, default=0.15, help="max_common_answer_win_rate (<0: off)")
     parser.add_argument("--copy", type=float, default=0.75, help="max_copy_win_rate (<0: off)")
+    parser.add_argument(
+        "--undetermined", action="store_true", help="turn refuse_undetermined_answers on (default: off)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the first design's validation seed")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
@@ -96,7 +112,7 @@ def main() -> None:
                 )
     results = []
     for run in args.runs:
-        results.append(revalidate(run, common, copy, args.seed))
+        results.append(revalidate(run, common, copy, args.seed, args.undetermined))
         if not args.json:
             r = results[-1]
             print(f"{r['run']}: {r['designs']} valid designs")

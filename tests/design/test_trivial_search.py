@@ -380,3 +380,87 @@ def test_the_copy_cap_is_checked():
         with pytest.raises(ValueError, match="max_copy_win_rate must be None"):
             ValidationSettings(max_copy_win_rate=bad)
     assert ValidationSettings().max_copy_win_rate is None
+
+
+# --- the answer drawn apart from the question (design.validation.refuse_undetermined_answers) -----------
+# A design of experiments/results/cpu-curriculum (spade-caps seed 1: environment 79 of its archive) as the
+# designer wrote it: the answer is drawn from the seed, not from what the question states. Any constant
+# wins it 1 time in 9, under the common-answer cap; its agent came to answer 2 to every question.
+DRAWN = """class TheoryPredictionEnv(QuestionTask):
+    def make(self, rng):
+        number = rng.randint(10, 20)
+        numberOfPredictions = rng.randint(2, 10)
+        question = f"There are {number} numbers each predicting. How many predictions per day?"
+        return question, numberOfPredictions
+
+    hint = "Divide the number of predictions by the number of predictions."
+"""
+# A sound question whose first observation repeats across seeds, its answer following from what it shows
+# (the reference guessing game, the same at every seed but going on after a wrong guess, is another).
+SMALL_SUM = """class SmallSumEnv(QuestionTask):
+    def make(self, rng):
+        a, b = rng.randint(1, 3), rng.randint(1, 3)
+        return f"What is {a} + {b}?", a + b
+
+    hint = "Count on from the larger number."
+"""
+
+
+def test_an_answer_drawn_apart_from_the_question_is_refused_when_asked(pool):
+    """Valid at the defaults and with both caps (the hole they leave); with refuse_undetermined_answers
+    refused at every validation seed, the message naming two seeds, the observation they share and the
+    setting."""
+    source = kits.compose("question", DRAWN)
+    for seed in range(3):
+        settings = ValidationSettings(max_turns=8, seed=seed)
+        assert validate_source(pool, source, settings).valid
+        caps = dataclasses.replace(settings, max_common_answer_win_rate=0.15, max_copy_win_rate=COPY_CAP)
+        assert validate_source(pool, source, caps).valid
+        report = validate_source(pool, source, dataclasses.replace(caps, refuse_undetermined_answers=True))
+        assert report.reason == "undetermined_answer", report
+        assert re.search(
+            r"seeds \d+ and \d+ show the same first observation .There are \d+ numbers each predicting",
+            report.message,
+        ), report.message
+        assert "refuse_undetermined_answers" in report.message
+
+
+@pytest.mark.parametrize("source", [SMALL_SUM, TWO_WAY, ODD_ONE], ids=["small-sum", "two-way", "odd-one"])
+def test_questions_whose_answer_follows_from_them_stay_valid_when_undetermined_answers_are_refused(
+    pool, source
+):
+    for seed in range(2):
+        settings = ValidationSettings(max_turns=8, seed=seed, refuse_undetermined_answers=True)
+        report = validate_source(pool, kits.compose("question", source), settings)
+        assert report.valid, report
+
+
+@pytest.mark.parametrize("name", reference.NAMES)
+def test_reference_games_stay_valid_when_undetermined_answers_are_refused(pool, name):
+    """Among them the guessing game, whose first observation is the same at every seed and whose secret
+    differs: a wrong guess does not end it."""
+    for seed in PINNED:
+        report = validate_source(
+            pool, reference.source(name), ValidationSettings(seed=seed, refuse_undetermined_answers=True)
+        )
+        assert report.valid, report
+
+
+@pytest.mark.parametrize("skill", sorted(FAMILIES))
+def test_synthetic_designs_keep_their_verdict_when_undetermined_answers_are_refused(pool, skill):
+    rng = random.Random(skill)
+    for _ in range(2):
+        source = kits.compose("question", synthetic_design(rng, skill)[0])
+        for seed in PINNED:
+            plain = validate_source(pool, source, ValidationSettings(seed=seed))
+            strict = validate_source(
+                pool, source, ValidationSettings(seed=seed, refuse_undetermined_answers=True)
+            )
+            assert (plain.valid, plain.reason) == (strict.valid, strict.reason), (seed, strict.message)
+
+
+def test_refuse_undetermined_answers_is_checked():
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="refuse_undetermined_answers must be true or false"):
+            ValidationSettings(refuse_undetermined_answers=bad)
+    assert ValidationSettings().refuse_undetermined_answers is False

@@ -32,6 +32,14 @@ COPIED = """class BeatsEnv(QuestionTask):
 
     hint = "Follow the chain of comparisons to the one that nothing beats."
 """
+# The answer drawn from the seed apart from what the question states (spade-caps seed 1).
+DRAWN = """class TheoryPredictionEnv(QuestionTask):
+    def make(self, rng):
+        number, answer = rng.randint(10, 20), rng.randint(2, 10)
+        return f"There are {number} numbers each predicting. How many predictions per day?", answer
+
+    hint = "Divide the number of predictions by the number of predictions."
+"""
 SOUND = """class SumEnv(QuestionTask):
     def make(self, rng):
         a, b = rng.randint(100, 999), rng.randint(100, 999)
@@ -83,3 +91,19 @@ def test_a_folder_that_is_not_a_run_is_refused_with_what_it_needs(script, tmp_pa
         script.main()
     assert stopped.value.code == 2
     assert "has no config.json" in capsys.readouterr().err
+
+
+def test_undetermined_answers_refuse_the_drawn_answer_only_when_asked(script, tmp_path):
+    save_config(load_config(None, ["sandbox.pool_size=2"]), tmp_path / "config.json")
+    with Archive(tmp_path / "archive.sqlite") as archive:
+        for i, (design, won) in enumerate(((DRAWN, 0.25), (SOUND, 0.0))):
+            hint = design.split('hint = "')[1].split('"')[0]
+            env = archive.add(
+                kits.compose("question", design), valid=True, reason="ok", skill="math", setting="games",
+                iteration=1, hint=hint,
+            )  # fmt: skip
+            archive.record_stats(env.env_id, 1 + i, PlayStats(8, 0, won, 0.0, 0.0, 1.0, won, 0.0))
+    asked = script.revalidate(tmp_path, common=0.15, copy=0.75, seed=0, undetermined=True)
+    assert asked["refused"] == [{"id": 1, "best": 0.25, "verdict": "undetermined answer"}], asked
+    assert asked["counts"] == {"won": {"undetermined answer": 1}, "never won": {"valid": 1}}
+    assert script.revalidate(tmp_path, common=None, copy=None, seed=0)["refused"] == []

@@ -22,7 +22,7 @@ REASONS = frozenset(
         "step_raised", "step_bad_type", "reward_not_finite", "reward_out_of_range",
         "solution_does_not_win", "malformed_action_wins", "never_terminates", "instance_dependent",
         "nondeterministic", "hint_leaks_answer", "trivial_policy_wins", "judge_rejected", "timeout",
-        "same_instance_every_seed", "step_check_raises", "answer_replay_wins",
+        "same_instance_every_seed", "step_check_raises", "answer_replay_wins", "undetermined_answer",
         "crashed", "memory", "output_too_large", "protocol_error", "worker_lost", "validation_timeout",
     }
 )  # fmt: skip
@@ -93,6 +93,13 @@ class ValidationSettings:
     # spade-no-designer-training seed 1). Over the cap at the trivial seeds, the policy plays
     # trivial_confirm_seeds more and the rate over all of them decides.
     max_copy_win_rate: float | None = None
+    # Refuse a design whose first observation does not determine what wins (False: off, as before): two
+    # of the trivial and answer seeds that show the same first observation, whose solutions begin with
+    # different actions, each play the other's first action; when both episodes end there unwon, the
+    # answer was drawn apart from what the task states (``return question, rng.randint(2, 10)``), and any
+    # constant wins it 1 time in 9, under the common-answer cap (experiments/results/cpu-curriculum,
+    # spade-caps seed 1, whose agent came to answer 2 to every held-out question).
+    refuse_undetermined_answers: bool = False
     max_turns: int = 25  # passed to the constructor when it takes ``max_turns``; the episode cap
     reward_range: tuple[float, float] = (0.0, 1.0)
     env_kwargs: dict = field(default_factory=dict)
@@ -152,6 +159,10 @@ class ValidationSettings:
         for name in ("max_trivial_win_rate", "max_answer_replay_win_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not isinstance(self.refuse_undetermined_answers, bool):
+            raise ValueError(
+                f"refuse_undetermined_answers must be true or false, got {self.refuse_undetermined_answers!r}"
+            )
         for name in ("max_common_answer_win_rate", "max_copy_win_rate"):
             cap = getattr(self, name)
             if cap is not None and (

@@ -29,6 +29,10 @@ What is played (the answer space comes from :mod:`spade_rl.design.answer_space`)
   first observation at every seed, its k-th number or its k-th word; a place that holds the seed's
   answer at more than that share of the trivial seeds is played, and may win at most that share
   (``trivial_policy_wins``; over it at the trivial seeds, ``trivial_confirm_seeds`` more decide);
+- with ``refuse_undetermined_answers`` set, the undetermined answer (``undetermined``): two seeds that
+  show the same first observation but whose solutions begin differently each play the other's first
+  action; when both episodes end there, unwon, nothing the agent can see tells the seeds apart and no
+  first action wins both (``undetermined_answer``): the answer is drawn, not asked;
 - where the environment is played with several answers (the constructor argument ``attempts`` > 1: the
   question kit's ``design.question_attempts``), the known answers in turn: at every trivial seed, the
   most common answers of other seeds' solutions (the answer seeds', else the other trivial seeds'), most
@@ -394,6 +398,44 @@ def known_in_turn(space: AnswerSpace, seed: int, turns: int) -> list[str]:
         first.setdefault(final_answer(action).lower(), action)
     ranked = sorted(first, key=lambda answer: -counts[answer])  # stable: ties keep the seeds' order
     return [first[answer] for answer in ranked[:turns]]
+
+
+UNDETERMINED_PAIRS = 4  # at most this many pairs of look-alike seeds are played (two episodes each)
+
+
+def undetermined(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
+    """The undetermined answer: among the trivial and answer seeds, those whose first observations are
+    the same and whose solutions' first actions differ each play the other's first action. When both
+    episodes end at once, unwon, the observation does not determine what wins: whatever the agent
+    answers to it, it loses at one of the two (a question whose answer is drawn from the seed apart from
+    what it states, ``return question, rng.randint(2, 10)``, is won by any constant 1 time in 9, below
+    the common-answer cap, and reads to the designer's reward as a design at the agent's frontier:
+    experiments/results/cpu-curriculum, spade-caps seed 1). A game whose first observation is the same
+    at every seed but that answers a wrong move (a guessing game's "too low") goes on after it, and is
+    not refused; neither is a task with more than one right answer, where the other seed's action wins."""
+    alike: dict[str, dict[str, int]] = {}  # first observation -> first action -> the first seed with it
+    for seed in dict.fromkeys([*space.trivial_seeds, *space.answer_seeds]):
+        actions = space.solutions.get(seed)
+        if actions:
+            alike.setdefault(canonical(space.observations[seed]), {}).setdefault(actions[0], seed)
+    pairs = [tuple(firsts.items())[:2] for firsts in alike.values() if len(firsts) > 1]
+    for (first_a, a), (first_b, b) in pairs[:UNDETERMINED_PAIRS]:
+        at_a, at_b = play.play([(a, [first_b], False), (b, [first_a], False)])
+        if ended_unwon(battery, at_a) and ended_unwon(battery, at_b):
+            raise Failed(
+                "undetermined_answer",
+                f"the answer is not determined by what the task shows: seeds {a} and {b} show the same "
+                f"first observation {short(space.observations[a])}, their solutions begin "
+                f"{short(first_a)} and {short(first_b)}, and each ends the other seed's episode unwon: "
+                "no answer to that observation wins both (design.validation.refuse_undetermined_answers)",
+            )
+
+
+def ended_unwon(battery: _Battery, transcript: list) -> bool:
+    """Whether ``transcript``'s episode ended (terminated or truncated) after its actions, unwon."""
+    return (
+        len(transcript) > 1 and bool(transcript[-1][2] or transcript[-1][3]) and not won(battery, transcript)
+    )
 
 
 def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:

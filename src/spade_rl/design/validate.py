@@ -57,6 +57,9 @@ Checks, in order (the first failure decides the verdict):
   observation at every seed (its k-th number or word) wins more than that share of them (an answer
   printed in the question at one place); a malformed action that wins there is
   ``malformed_action_wins``;
+- ``undetermined_answer``: with ``refuse_undetermined_answers`` set, no two of the trivial and answer
+  seeds show the same first observation with solutions that begin differently, each other's first
+  action ending both episodes unwon (the answer is drawn apart from what the task states);
 - ``answer_replay_wins``: the cross-seed answer replay: the most common final answer of the solutions
   at ``answer_seeds`` seeds, played as a constant at the trivial policies' seeds (other seeds than
   those it came from), as training plays, wins at most ``max_answer_replay_win_rate`` of them (half by
@@ -339,6 +342,8 @@ class _Battery:
             play = trivial_search.TrainingPlay(self, kwargs)
             trivial_search.search(self, play, space)
             trivial_search.copy_search(self, play, space)
+            if s.refuse_undetermined_answers:
+                trivial_search.undetermined(self, play, space)
             self.passed("trivial_policies", t)
             if s.answer_seeds:
                 t = time.perf_counter()

@@ -200,6 +200,7 @@ ADDED_SETTINGS: dict[tuple[str, ...], object] = {
     ("policy", "transformers", "batch_tokens"): 0,
     ("design", "validation", "max_common_answer_win_rate"): None,
     ("design", "validation", "max_copy_win_rate"): None,
+    ("design", "validation", "refuse_undetermined_answers"): False,
 }
 
 
