@@ -246,6 +246,37 @@ def test_samples_without_sampler_logprobs_are_named_where_the_update_uses_them(
     )
 
 
+def test_a_certain_policy_s_zero_logprobs_are_counted_as_certain_not_as_missing(tokenizer, tmp_path, caplog):
+    """A policy certain of every token it samples gets sampler log-probs of exactly 0.0 (float32 rounds
+    them): those samples carry their log-probs, so no warning and ``train/no_logprobs`` 0; they count in
+    ``train/certain_samples``, the mark of a collapsed policy. Random completions whose log-probs are
+    zeroed (a sampler that recorded none) count the other way."""
+    model, _ = tiny_random_model(seed=0, tokenizer=tokenizer)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(1e4)  # every next token's top choice has p ~ 1
+    policy = TransformersPolicy(model, tokenizer)
+    chats = [[{"role": "user", "content": f"Play game {i}."}] for i in range(2)]
+    generations = policy.generate(chats, SamplingSettings(max_new_tokens=6, temperature=1.0, seed=3, n=G))
+    advantages = zscore_advantages([float(i % 2) + 0.1 * i for i in range(G)]).advantages
+    samples = [
+        sample_from_generation(g, advantages[i % G], i // G, "agent") for i, g in enumerate(generations)
+    ]
+    assert all(lp == 0.0 for s in samples for lp in s.logprobs)
+    config = TrainConfig(
+        learning_rate=1e-3, group_size=G, per_device_train_batch_size=8, output_dir=str(tmp_path)
+    )
+    with caplog.at_level("WARNING", logger="spade_rl.train.learner"):
+        metrics = Learner.for_policy(policy, config).step(samples)
+    assert not any("importance ratios" in r.getMessage() for r in caplog.records)
+    assert (metrics["train/no_logprobs"], metrics["train/certain_samples"]) == (0.0, float(len(samples)))
+
+    zeroed = [dataclasses.replace(s, logprobs=(0.0,) * len(s.logprobs)) for s in make_samples()]
+    metrics = Learner.for_policy(
+        TransformersPolicy(tiny_random_model(seed=0, tokenizer=tokenizer)[0], tokenizer), config
+    ).step(zeroed)
+    assert (metrics["train/no_logprobs"], metrics["train/certain_samples"]) == (float(len(zeroed)), 0.0)
+
+
 def test_truncated_importance_sampling_needs_recomputed_old_logprobs():
     with pytest.raises(ValueError, match=r"tis_cap .* needs old_logprobs = 'recompute' or 'auto'"):
         TrainConfig(tis_cap=2.0, old_logprobs="sampling")

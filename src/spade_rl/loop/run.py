@@ -523,7 +523,13 @@ class SelfPlay:
 
 
 # Per-step counts that add up over an iteration's steps (combine_step_metrics); the rest are averaged.
-_SUMMED_METRICS = ("time/train_s", "train/passes", "train/no_logprobs", "train/truncated_samples")
+_SUMMED_METRICS = (
+    "time/train_s",
+    "train/passes",
+    "train/no_logprobs",
+    "train/certain_samples",
+    "train/truncated_samples",
+)
 
 
 def plan_steps(samples: list, groups_per_step: int, epochs: int, rng: random.Random) -> list[list]:

@@ -232,14 +232,6 @@ class Learner(BaseLearner):
         self._check(samples)
         self._offload.restore(self.optimizer)  # the moments back, if they were parked
         batch = pad_samples(samples, self.pad_id, cfg.max_completion_length).to(self.device)
-        no_logprobs = _rows_without_logprobs(batch)
-        if no_logprobs and (cfg.old_logprobs == "sampling" or cfg.tis_cap is not None):
-            log.warning(
-                "%d samples have log-prob 0.0 on every model token (sampled without log-probs?): their "
-                "importance ratios against the sampler are wrong; use old_logprobs='recompute' and "
-                "tis_cap = none",
-                no_logprobs,
-            )
         # The loss's normalisers over the whole batch, every process's rows included.
         tokens, rows = self._sum_over_processes(batch.trained.sum(), float(len(batch)))
         settings = LossSettings(
@@ -256,11 +248,15 @@ class Learner(BaseLearner):
         sums: dict[str, Any] = {}
         extremes: dict[str, list[torch.Tensor]] = {"clip_ratio/low_min": [], "clip_ratio/high_max": []}
         loss_total = 0.0
+        no_logprobs = certain = 0
         self.model.train()
         try:
             for i, micro in enumerate(micro_batches):
                 with self._sync(last=i == len(micro_batches) - 1):
                     scored = self._score(micro, cfg.temperature)
+                    zero, sure = _logprob_rows(scored)
+                    no_logprobs += int((zero & ~sure).sum())
+                    certain += int(sure.sum())
                     old = scored.sampling_logps
                     if cfg.old_logprobs == "recompute":
                         old = scored.logps.detach()
@@ -287,6 +283,13 @@ class Learner(BaseLearner):
                     release_unused_memory()
         finally:
             self.model.eval()
+        if no_logprobs and (cfg.old_logprobs == "sampling" or cfg.tis_cap is not None):
+            log.warning(
+                "%d samples have log-prob 0.0 on every model token though the model is not certain of "
+                "them (sampled without log-probs?): their importance ratios against the sampler are "
+                "wrong; use old_logprobs='recompute' and tis_cap = none",
+                no_logprobs,
+            )
         if self.processes > 1:  # each process's loss is its share x processes: the batch's is their mean
             total = torch.tensor([loss_total], device=self.device)
             loss_total = float(self.accelerator.reduce(total, "sum")) / self.processes
@@ -295,6 +298,7 @@ class Learner(BaseLearner):
         metrics.update({f"train/{k}": v for k, v in batch.counts().items()})
         metrics["train/truncated_samples"] = float(batch.truncated)
         metrics["train/no_logprobs"] = float(no_logprobs)
+        metrics["train/certain_samples"] = float(certain)
         metrics["train/passes"] = float(len(micro_batches))
         return metrics
 
@@ -639,11 +643,22 @@ def checkpointed_layers(layers: int, length: int, activation_tokens: int) -> int
     return -(-layers * (length - activation_tokens) // length)  # the ceiling, in integers
 
 
-def _rows_without_logprobs(batch: TokenBatch) -> int:
-    """Rows with trained tokens whose sampler log-probs are all 0.0 (sampled without log-probs?)."""
-    has_tokens = batch.trained.sum(1) > 0
-    all_zero = ((batch.sampling_logps != 0) & (batch.trained > 0)).sum(1) == 0
-    return int((has_tokens & all_zero).sum())
+# A row is "certain" when the model gives each of its trained tokens at least this log-prob (p >= 0.99).
+CERTAIN_LOGP = math.log(0.99)
+
+
+def _logprob_rows(scored: Scored) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two boolean masks over the rows of a scored micro-batch that train some token: the rows whose
+    sampler log-probs are all 0.0, and the rows the model is certain of (every trained token at
+    ``CERTAIN_LOGP`` or above). A sampler that recorded no log-probs leaves zeros, but so does one that
+    was certain of every token: in float32 a log-prob rounds to exactly 0.0 above p = 1 - 6e-8. Rows in
+    the first mask and not the second are the ones that came without log-probs; the second counts the
+    samples of a collapsed policy (``train/certain_samples``)."""
+    mask = scored.mask > 0
+    has_tokens = mask.any(1)
+    zero = has_tokens & ~((scored.sampling_logps != 0) & mask).any(1)
+    sure = has_tokens & ~((scored.logps.detach() < CERTAIN_LOGP) & mask).any(1)
+    return zero, sure
 
 
 def _rng_state() -> dict:
