@@ -54,18 +54,24 @@ def script():
     return load_script(SCRIPT, "revalidate")
 
 
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    save_config(load_config(None, ["sandbox.pool_size=2"]), tmp_path / "config.json")  # as a run saves it
-    with Archive(tmp_path / "archive.sqlite") as archive:
-        for i, (design, won) in enumerate(((COIN_FLIP, 0.5), (COPIED, 1.0), (SOUND, 0.0))):
+def write_run(folder: Path, designs: list[tuple[str, float]]) -> Path:
+    """A run directory as a run writes one: its config and an archive of ``designs`` (source, best
+    no-hint win rate), each valid at iteration 1."""
+    save_config(load_config(None, ["sandbox.pool_size=2"]), folder / "config.json")  # as a run saves it
+    with Archive(folder / "archive.sqlite") as archive:
+        for i, (design, won) in enumerate(designs):
             hint = design.split('hint = "')[1].split('"')[0]
             env = archive.add(
                 kits.compose("question", design), valid=True, reason="ok", skill="math", setting="games",
                 iteration=1, hint=hint,
             )  # fmt: skip
             archive.record_stats(env.env_id, 1 + i, PlayStats(8, 0, won, 0.0, 0.0, 1.0, won, 0.0))
-    return tmp_path
+    return folder
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return write_run(tmp_path, [(COIN_FLIP, 0.5), (COPIED, 1.0), (SOUND, 0.0)])
 
 
 def test_the_caps_refuse_the_won_classes_and_keep_the_sound_design(script, run_dir):
@@ -94,15 +100,7 @@ def test_a_folder_that_is_not_a_run_is_refused_with_what_it_needs(script, tmp_pa
 
 
 def test_undetermined_answers_refuse_the_drawn_answer_only_when_asked(script, tmp_path):
-    save_config(load_config(None, ["sandbox.pool_size=2"]), tmp_path / "config.json")
-    with Archive(tmp_path / "archive.sqlite") as archive:
-        for i, (design, won) in enumerate(((DRAWN, 0.25), (SOUND, 0.0))):
-            hint = design.split('hint = "')[1].split('"')[0]
-            env = archive.add(
-                kits.compose("question", design), valid=True, reason="ok", skill="math", setting="games",
-                iteration=1, hint=hint,
-            )  # fmt: skip
-            archive.record_stats(env.env_id, 1 + i, PlayStats(8, 0, won, 0.0, 0.0, 1.0, won, 0.0))
+    write_run(tmp_path, [(DRAWN, 0.25), (SOUND, 0.0)])
     asked = script.revalidate(tmp_path, common=0.15, copy=0.75, seed=0, undetermined=True)
     assert asked["refused"] == [{"id": 1, "best": 0.25, "verdict": "undetermined answer"}], asked
     assert asked["counts"] == {"won": {"undetermined answer": 1}, "never won": {"valid": 1}}

@@ -194,7 +194,9 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
 
     root = Path(__file__).resolve().parents[2]
     spec = load_experiment(root / "experiments" / "cpu-curriculum.toml")
-    assert [a.name for a in spec.arms] == ["fixed-pool", "spade", "spade-no-designer-training", "spade-caps"]
+    assert [a.name for a in spec.arms] == [
+        "fixed-pool", "spade", "spade-no-designer-training", "spade-caps", "spade-undetermined",
+    ]  # fmt: skip
     assert spec.seeds == (0, 1, 2) and spec.budget.wall_time_s == 1800 and spec.baseline == "fixed-pool"
     primary, pool = spec.scores
     assert primary.name == "primary" and len(primary.categories) >= 4
@@ -224,6 +226,13 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
     uncapped = dataclasses.replace(validation, max_common_answer_win_rate=None, max_copy_win_rate=None)
     assert (
         dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=uncapped)) == spade
+    )
+    # The next remedy arm is spade-caps with the undetermined-answer check, and nothing else
+    strict = spec.arm("spade-undetermined").config(0)
+    assert strict.design.validation.refuse_undetermined_answers is True
+    lenient = dataclasses.replace(strict.design.validation, refuse_undetermined_answers=False)
+    assert (
+        dataclasses.replace(strict, design=dataclasses.replace(strict.design, validation=lenient)) == capped
     )
 
 
