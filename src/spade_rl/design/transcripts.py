@@ -50,6 +50,12 @@ def canonical(transcript: list) -> str:
     return json.dumps(transcript, sort_keys=True, default=repr)
 
 
+def ended(transcript: list) -> bool:
+    """Whether a transcript (the reset, then ``(observation, reward, terminated, truncated, info)`` per
+    step) has a step that ended its episode, terminated or truncated."""
+    return len(transcript) > 1 and bool(transcript[-1][2] or transcript[-1][3])
+
+
 def difference(transcript: list, expected: list) -> str | None:
     """Where two transcripts first differ ("reset", "step N", or None when they are the same)."""
     if canonical(transcript) == canonical(expected):

@@ -65,7 +65,7 @@ from spade_rl.design.answer_space import (
 )
 from spade_rl.design.answers import common_answer, final_answer, trivial_actions
 from spade_rl.design.report import MALFORMED_ACTIONS, Failed
-from spade_rl.design.transcripts import canonical, short, value_of
+from spade_rl.design.transcripts import canonical, ended, short, value_of
 
 if TYPE_CHECKING:
     from spade_rl.design.validate import _Battery
@@ -119,8 +119,7 @@ class TrainingPlay:
             ]
             for turn in range(max(len(actions) for _, actions, _ in chunk)):
                 for env, (_, actions, stall), transcript in zip(envs, chunk, together, strict=True):
-                    ended = len(transcript) > 1 and (transcript[-1][2] or transcript[-1][3])
-                    if turn < len(actions) and not ended and not (stall and stalled(transcript)):
+                    if turn < len(actions) and not ended(transcript) and not (stall and stalled(transcript)):
                         transcript.append(self.battery.step(env, actions[turn]))
             for env in envs[:-1]:
                 self.battery.discard(env)
@@ -421,7 +420,7 @@ def undetermined(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> N
     pairs = [tuple(firsts.items())[:2] for firsts in alike.values() if len(firsts) > 1]
     for (first_a, a), (first_b, b) in pairs[:UNDETERMINED_PAIRS]:
         at_a, at_b = play.play([(a, [first_b], False), (b, [first_a], False)])
-        if ended_unwon(battery, at_a) and ended_unwon(battery, at_b):
+        if all(ended(t) and not won(battery, t) for t in (at_a, at_b)):
             raise Failed(
                 "undetermined_answer",
                 f"the answer is not determined by what the task shows: seeds {a} and {b} show the same "
@@ -429,13 +428,6 @@ def undetermined(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> N
                 f"{short(first_a)} and {short(first_b)}, and each ends the other seed's episode unwon: "
                 "no answer to that observation wins both (design.validation.refuse_undetermined_answers)",
             )
-
-
-def ended_unwon(battery: _Battery, transcript: list) -> bool:
-    """Whether ``transcript``'s episode ended (terminated or truncated) after its actions, unwon."""
-    return (
-        len(transcript) > 1 and bool(transcript[-1][2] or transcript[-1][3]) and not won(battery, transcript)
-    )
 
 
 def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:

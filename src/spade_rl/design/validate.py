@@ -107,6 +107,7 @@ from spade_rl.design.transcripts import (
     contract,
     derived_seeds,
     difference,
+    ended,
     probed_instances,
     short,
     validation_seeds,
@@ -215,7 +216,7 @@ class _Battery:
         transcripts = [[self.reset(env, seed)] for env in envs]
         for action in actions:
             for env, transcript in zip(envs, transcripts, strict=True):
-                if len(transcript) > 1 and (transcript[-1][2] or transcript[-1][3]):
+                if ended(transcript):
                     continue
                 transcript.append(self.step(env, action))
         return transcripts
