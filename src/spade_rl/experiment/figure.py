@@ -169,18 +169,23 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "", groups: t
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)
-    bottom = 0.0
+    # Margins in inches turned into fractions of this figure's height (3 inches a row of panels): a
+    # fraction fixed for a 2-row figure leaves a gap of inches under a 6-row one, and tight_layout does
+    # not keep the figure's title clear of the first row's titles.
+    height = fig.get_figheight()
+    bottom = top = 0.0
     if handles:
         # As many columns as long labels fit across the figure (about 7 pixels a character at this size),
-        # so that none is cut at the edges; a row of legend more per extra line.
+        # so that none is cut at the edges; a row of legend (about 0.22 inch) more per extra line.
         width_px = fig.get_figwidth() * 100
         ncol = max(1, min(len(labels), int(width_px // (7 * max(map(len, labels)) + 50))))
         rows = -(-len(labels) // ncol)
         fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=ncol)
-        bottom = 0.02 + 0.035 * rows
+        bottom = (0.15 + 0.22 * rows) / height
     if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+        fig.suptitle(title, y=1 - 0.08 / height, va="top")
+        top = 0.4 / height
+    fig.tight_layout(rect=(0, bottom, 1, 1 - top))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
