@@ -288,6 +288,42 @@ def test_example_experiments_load(monkeypatch):
     assert gpu.arm("fixed-designer").config(0).designer.source == "frozen"
 
 
+def without_bfcl_eval(monkeypatch) -> None:
+    """bfcl-eval as if it were not installed (it is where the README's test command ran)."""
+    monkeypatch.setitem(sys.modules, "bfcl_eval", None)  # import bfcl_eval: ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "spade_rl.evaluate.bfcl", raising=False)
+
+
+def test_a_suite_whose_package_is_missing_is_named_and_everything_else_checked(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from spade_rl.cli import app
+    from spade_rl.evaluate.base import SUITE_INSTALL
+
+    without_bfcl_eval(monkeypatch)
+    monkeypatch.chdir(ROOT)
+    gpu = load_experiment(EXPERIMENTS / "qwen3-gpu.toml")  # loads: the file is right, the machine lacks it
+    needs = f"suite 'bfcl' needs the package 'bfcl_eval', which is not installed: {SUITE_INSTALL['bfcl']}"
+    assert gpu.unavailable == (needs,) and "bfcl-eval==2026.3.23" in needs
+    assert "unavailable" not in gpu.resolved()  # the same experiment on a machine that has it
+    with pytest.raises(ExperimentError, match=r"the evaluation cannot run here: suite 'bfcl' needs"):
+        run_experiment(gpu, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+    done = CliRunner().invoke(app, ["experiment", str(EXPERIMENTS / "qwen3-gpu.toml"), "--check"])
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert f"every arm's configuration is valid; nothing run (--check) not checked: {needs}" in said
+
+    # Everything else is still checked: another suite's bad option, an arm's bad key.
+    both = MINIMAL.replace('suites = ["envs"]', 'suites = ["bfcl", "envs"]')
+    assert load_experiment(write_experiment(tmp_path, both)).unavailable == (needs,)
+    with pytest.raises(ExperimentError, match=r"eval: .*nope"):
+        load_experiment(write_experiment(tmp_path, both + "[eval.options.envs]\nnope = 1\n"))
+    with pytest.raises(ExperimentError, match=r"arm 'b' \(seed 0\): unknown key design.memroy"):
+        load_experiment(write_experiment(tmp_path, both.replace("design.memory", "design.memroy")))
+
+
 # --- the comparison's numbers on known results ------------------------------------------------------
 def result(correct: list[bool], model: str) -> EvalResult:
     items = [ItemResult(f"q/{i}", c, float(c), "") for i, c in enumerate(correct)]

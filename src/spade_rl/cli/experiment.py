@@ -55,6 +55,11 @@ def experiment(
     )
     if check:
         console.print("every arm's configuration is valid; nothing run (--check)")
+        for missing in spec.unavailable:  # the file is fine; this machine lacks a package
+            console.print(
+                f"[yellow]not checked:[/] {escape(missing)} (the experiment runs once it is installed)",
+                highlight=False,
+            )
         return
     from spade_rl.experiment import compare_finished, run_experiment
 

@@ -384,7 +384,7 @@ SUITES: dict[str, str] = {
 # How to install what a suite needs beyond the core package (shown when its import fails).
 SUITE_INSTALL: dict[str, str] = {
     "reasoning_gym": "pip install 'spade-rl[eval]'",
-    "bfcl": "pip install 'spade-rl[eval]' (bfcl-eval itself with --no-deps; see the README, Evaluate)",
+    "bfcl": "pip install 'spade-rl[eval]' && pip install --no-deps bfcl-eval==2026.3.23",
     "humaneval": "pip install 'spade-rl[eval]'",
     "envs": "nothing beyond spade-rl",
     "gem": "pip install 'spade-rl[gem]' && pip install --no-deps gem-llm==0.1.0",

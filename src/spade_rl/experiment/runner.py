@@ -59,6 +59,10 @@ def run_experiment(experiment: Experiment, folder: Path, progress: Progress | No
     """Run (or resume) ``experiment`` in ``folder`` and write its comparison and figure (also after each
     finished run, of the runs finished so far)."""
     say = progress or (lambda message: log.info("%s", message))
+    if experiment.unavailable:  # before anything runs: the evaluation at every arm's start would fail
+        raise ExperimentError(
+            f"{experiment.path}: the evaluation cannot run here: {'; '.join(experiment.unavailable)}"
+        )
     folder = Path(folder)
     _claim(folder, experiment)
     if experiment.placement.kind == "ray":

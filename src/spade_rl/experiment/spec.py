@@ -38,7 +38,9 @@ A file (TOML) looks like this; every path is relative to the file's folder::
 An arm's configuration is ``load_config(config or base, experiment overrides + arm overrides +
 budget and seed)``: the budget and the seed are applied last, so that every arm runs the same. Unknown
 keys, bad values and impossible configurations of any arm fail here, naming the arm and the key,
-before anything runs.
+before anything runs. A suite of ``[eval]`` whose optional package is not installed here is no error of
+the file: the rest is checked, ``Experiment.unavailable`` names the package and how to install it, and
+``run_experiment`` refuses to start until it is installed.
 """
 
 from __future__ import annotations
@@ -162,6 +164,10 @@ class Experiment:
     # [scores]: named groups of the evaluation's games, the first the primary score. They decide how the
     # comparison reads the results, not the results: left out of ``resolved()``, so a folder resumes.
     scores: tuple[ScoreGroup, ...] = ()
+    # The evaluation's suites whose optional packages are not installed here, each as its message (which
+    # names the package and the line that installs it): everything else is checked; a run refuses to
+    # start until they are installed. Not part of ``resolved()``: the same file on another machine.
+    unavailable: tuple[str, ...] = ()
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -248,7 +254,7 @@ def load_experiment(path: str | Path) -> Experiment:
     base_path = _config_file(folder, base, "experiment.base", path) if base else None
     shared = _overrides(head, "experiment.overrides", path)
 
-    evaluation = _evaluation(data.get("eval", {}), path)
+    evaluation, unavailable = _evaluation(data.get("eval", {}), path)
     arms_data = _table(data.get("arms", {}), "[arms]", path)
     if not arms_data:
         raise ExperimentError(f"{path}: no arm; add at least one [arms.NAME] table")
@@ -275,7 +281,7 @@ def load_experiment(path: str | Path) -> Experiment:
     placement = _placement(head, path)
     scores = _scores(data.get("scores", {}), evaluation, path)
     experiment = Experiment(
-        name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms), placement, scores
+        name, path, tuple(seeds), budget, baseline, evaluation, tuple(arms), placement, scores, unavailable
     )
     for arm in experiment.arms:
         for seed in experiment.seeds:
@@ -328,15 +334,27 @@ def _placement(head: dict, path: Path) -> Placement:
     return Placement(kind, address, amounts["arm_cpus"], amounts["arm_gpus"])
 
 
-def _evaluation(data: Any, path: Path) -> EvalConfig:
+def _evaluation(data: Any, path: Path) -> tuple[EvalConfig, tuple[str, ...]]:
+    """The [eval] table, every suite built with its options (unknown options and bad values fail here),
+    and the messages of the suites whose optional packages are not installed here: a file that names
+    such a suite is not wrong, the machine lacks a package (``Experiment.unavailable``)."""
+    from spade_rl.evaluate.base import SuiteUnavailable
+    from spade_rl.evaluate.runner import build_suites
+
+    table = _table(data, "[eval]", path)
     try:
-        evaluation = build(EvalConfig, _table(data, "[eval]", path), "eval")
-        evaluation.check_suites()
-    except ExperimentError:
-        raise
+        evaluation = build(EvalConfig, table, "eval")
     except ConfigError as exc:
         raise ExperimentError(f"{path}: {exc}") from None
-    return evaluation
+    unavailable = []
+    for suite in evaluation.suites:
+        try:
+            build_suites([suite], {k: v for k, v in evaluation.options.items() if k == suite})
+        except SuiteUnavailable as exc:
+            unavailable.append(str(exc))
+        except ValueError as exc:
+            raise ExperimentError(f"{path}: eval: {exc}") from None
+    return evaluation, tuple(unavailable)
 
 
 def _scores(data: Any, evaluation: EvalConfig, path: Path) -> tuple[ScoreGroup, ...]:
