@@ -9,13 +9,18 @@ and configuration files must load (``load_config``, which checks every key and v
 environments, suites, files, scripts and their options, extras and pinned versions must be the
 project's. ``python`` blocks must compile and their ``from spade_rl... import ...`` names must import;
 ``toml`` blocks must parse and, when they are run tables, load as a configuration. Relative links must
-point at files that exist.
+point at files that exist. A command that needs an optional package not installed here skips its block
+with the line that installs it, once the rest of the block is checked.
+
+The README's opening block is the two commands CI runs as they stand (.ci/run, through
+``tools/readme_commands.py``); CI adds only what the README's Develop section says it adds.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import shlex
@@ -40,7 +45,9 @@ MARKER = "<!-- runnable -->"
 SHELLS = ("bash", "sh", "console")
 # Programs the documents may name that are not this project's: only their presence in a block is checked.
 EXTERNAL = {"curl", "kill", "ray", "trl", "vllm", "ruff", "sleep", "until", "do", "done"}
-PINS = (ROOT / "pyproject.toml").read_text() + (ROOT / ".ci" / "run").read_text()
+# What the tests need beyond the dev extra, installed with --no-deps by the README's test command.
+NO_DEPS = ROOT / "requirements-no-deps.txt"
+PINS = (ROOT / "pyproject.toml").read_text() + NO_DEPS.read_text()
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
 OPERATORS = {"&&", "||", ";", "|", "&"}
 
@@ -105,6 +112,29 @@ def commands(text: str) -> list[list[str]]:
     return out
 
 
+# --- optional packages ---------------------------------------------------------------------------------
+# How spade-rl says that an optional package is missing, with the line that installs it: a suite's
+# (spade_rl.evaluate.base.get_suite) and a pool's external games (spade_rl.envs.external).
+NOT_INSTALLED = (
+    re.compile(r"needs the package '([\w.]+)', which is not installed: (.+)"),
+    re.compile(r"games need the package ([\w.]+): (.+)"),
+)
+
+
+class NeedsPackage(Exception):
+    """A documented command needs an optional package that is not installed here (the message: what
+    installs it); the rest of its block is still checked, then the test skips."""
+
+
+def needs_package(message: str) -> str | None:
+    """The install line in ``message`` when it says that a package missing here is needed, else None."""
+    for pattern in NOT_INSTALLED:
+        found = pattern.search(message)
+        if found and importlib.util.find_spec(found.group(1)) is None:
+            return f"needs {found.group(1)}: {found.group(2)}"
+    return None
+
+
 # --- spade-rl ------------------------------------------------------------------------------------------
 def resolve(args: list[str]) -> tuple[Any, list[str], str]:
     """The (click) command that ``spade-rl ARGS`` names, the rest of the arguments, and its name."""
@@ -150,6 +180,9 @@ def check_spade(args: list[str], processes: int = 1) -> None:
         try:
             load_config(ROOT / config if config else None, positional, processes=processes)
         except ConfigError as exc:
+            needed = needs_package(str(exc))
+            if needed:
+                raise NeedsPackage(f"spade-rl run {' '.join(args[1:])}: {needed}") from None
             pytest.fail(f"spade-rl run {' '.join(args[1:])}: {exc}")
     if name == "spade-rl experiment":
         assert (ROOT / positional[0]).is_file(), f"no experiment file {positional[0]}"
@@ -168,7 +201,11 @@ def check_spade(args: list[str], processes: int = 1) -> None:
 # --- the other programs ----------------------------------------------------------------------------------
 def check_pip(args: list[str]) -> None:
     assert args[0] == "install", f"pip {args[0]}: the documents only install"
-    for arg in args[1:]:
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg in ("-r", "--requirement"):
+            check_requirements(next(rest))
+            continue
         extras = re.fullmatch(r"\.\[([\w,-]+)\]", arg)
         if extras:
             missing = set(extras.group(1).split(",")) - EXTRAS
@@ -177,6 +214,15 @@ def check_pip(args: list[str]) -> None:
             assert arg in PINS, f"{arg}: pyproject.toml and .ci/run pin another version (or none)"
         else:
             assert arg.startswith("-") or arg == ".", f"pip install {arg}: install only pinned versions"
+
+
+def check_requirements(path: str) -> None:
+    """A requirements file the documents install: the project's, every requirement an exact pin."""
+    file = ROOT / path
+    assert file.is_file(), f"pip install -r {path}: no such file"
+    for line in file.read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        assert not line or re.fullmatch(r"[\w.-]+==[\w.]+", line), f"{path}: {line!r} is not a pinned version"
 
 
 def check_script(path: str, args: list[str]) -> None:
@@ -232,8 +278,14 @@ def check_command(tokens: list[str]) -> None:
 # --- the tests ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=str)
 def test_every_shell_command_names_what_exists(block):
+    missing = []
     for tokens in commands(block.text):
-        check_command(tokens)
+        try:
+            check_command(tokens)
+        except NeedsPackage as exc:
+            missing.append(str(exc))
+    if missing:
+        pytest.skip("; ".join(missing))
 
 
 RUNNABLE = [b for b in ALL if b.runnable]
@@ -303,3 +355,93 @@ def test_the_parser_catches_what_it_is_for():
         ["b", "#x"],
         ["c"],
     ]
+
+
+# --- CI runs the README's two commands ----------------------------------------------------------------
+def readme_tool():
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "tools" / "readme_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CI = ROOT / ".ci" / "run"
+# Every step of .ci/run outside its set-up and the function that runs a README command: the README's two
+# commands, and what the README says CI adds (Develop), each named there.
+CI_STEPS = [
+    "apt-get update -qq",
+    "apt-get install -y -qq --no-install-recommends libseccomp2 bubblewrap chromium >/dev/null",
+    "python3 tools/check_extras.py",
+    "readme install",
+    "readme test",
+    "ruff check .",
+    "ruff format --check .",
+    "python3 tools/check_lower_bounds.py",
+]
+CI_NAMED_IN_README = [
+    "tools/readme_commands.py",
+    "`libseccomp2`",
+    "`bubblewrap`",
+    "`chromium`",
+    "`ruff check .`",
+    "`ruff format --check .`",
+    "`tools/check_extras.py`",
+    "`tools/check_lower_bounds.py`",
+]
+
+
+def ci_steps() -> list[str]:
+    """The commands of .ci/run, one a line, less comments, its set-up and the body of ``readme()``."""
+    steps, inside = [], False
+    for line in CI.read_text(encoding="utf-8").splitlines():
+        code = line.strip()
+        if code.startswith("readme() {"):
+            inside = True
+        elif inside:
+            inside = code != "}"
+        elif code and not code.startswith(("#", "set -", "cd ", "export ")):
+            steps.append(code)
+    return steps
+
+
+def test_the_readme_opens_with_the_two_commands_that_ci_runs():
+    tool = readme_tool()
+    found = tool.readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    opening = next(b for b in SHELL_BLOCKS if b.path.name == "README.md")
+    assert list(found.values()) == [line for line in opening.text.splitlines() if line.strip()]
+    assert tool.last_command(found["install"]) == ["spade-rl", "run"]
+    assert tool.last_command(found["test"])[:3] == ["python", "-m", "pytest"]
+    # What the suite needs beyond the dev extra is installed by the test command itself.
+    assert "pip install --no-deps -r requirements-no-deps.txt" in found["test"]
+    assert tool.main(["test"]) == 0
+
+
+def test_ci_runs_the_readme_commands_and_only_what_the_readme_says_it_adds():
+    assert ci_steps() == CI_STEPS
+    text = CI.read_text(encoding="utf-8")
+    code = "\n".join(line.split("#")[0] for line in text.splitlines())
+    assert not re.search(r"\bpip\b", code), "CI installs Python packages only through the README's commands"
+    assert 'command=$(python3 tools/readme_commands.py "$1")' in code
+    assert 'bash -o pipefail -c "$command"' in code
+    develop = (ROOT / "README.md").read_text(encoding="utf-8").split("## Develop", 1)[1].split("\n## ", 1)[0]
+    paragraph = " ".join(develop.split())
+    missing = [name for name in CI_NAMED_IN_README if name not in paragraph]
+    assert not missing, f"the README's Develop section does not say that CI runs {missing}"
+
+
+def test_the_readme_tool_refuses_an_opening_block_that_is_not_the_two_commands():
+    tool = readme_tool()
+
+    def opening(*lines: str) -> str:
+        return "# title\n\n```bash\n" + "\n".join(lines) + "\n```\n"
+
+    good = ("pip install -e . && spade-rl run   # go", "pip install -e '.[dev]' && python -m pytest -q")
+    assert tool.readme_commands(opening(*good)) == {"install": good[0], "test": good[1]}
+    with pytest.raises(tool.ReadmeError, match="holds 1 commands"):
+        tool.readme_commands(opening(good[0]))
+    with pytest.raises(tool.ReadmeError, match="does not end in `spade-rl run`"):
+        tool.readme_commands(opening("spade-rl run && pip install -e .", good[1]))
+    with pytest.raises(tool.ReadmeError, match="does not end in `python -m pytest`"):
+        tool.readme_commands(opening(good[0], "python -m pytest -q && echo done"))
+    with pytest.raises(tool.ReadmeError, match="no ```bash block"):
+        tool.readme_commands("# title\n")
