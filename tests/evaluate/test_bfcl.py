@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (see the README, Evaluate)")
+pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23")
 
 from spade_rl.evaluate import EvalContext, bfcl, get_suite
 from spade_rl.evaluate._bfcl_data import (

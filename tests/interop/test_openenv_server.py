@@ -19,7 +19,9 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 requests = pytest.importorskip("requests")
-generic_client = pytest.importorskip("openenv.core.generic_client")  # openenv-core 0.3, OpenEnv's own
+generic_client = pytest.importorskip(  # openenv-core 0.3, OpenEnv's own client
+    "openenv.core.generic_client", reason="pip install --no-deps openenv-core==0.3.0"
+)
 
 from fixture_envs import HANGS, PARITY  # noqa: E402
 from spade_rl.envs import reference  # noqa: E402
