@@ -15,11 +15,22 @@ from spade_rl.design.report import Failed
 from spade_rl.envs.contract import ContractViolation
 from spade_rl.sandbox import CallResult, Status
 
+PLAY_PHASES = ("reset", "step", "solution")  # the calls in which reading a clock is refused
+
 
 def value_of(result: CallResult, phase: str):
     """The value of a sandbox call, or ``Failed`` with its reason: the environment's own exception in
     ``phase`` is ``<phase>_raised`` (an unserializable value ``<phase>_bad_type``), a failure of the
-    sandbox (timeout, crash, ...) keeps the sandbox's code."""
+    sandbox (timeout, crash, ...) keeps the sandbox's code, and a ``reset``, ``step`` or ``solution``
+    that read a clock is ``nondeterministic`` (the worker's clock is virtual, the same in validation
+    and in play, but an environment that reads one is written to tell the two apart, or depends on
+    the time; its import and constructor may read one, as some modules do when imported)."""
+    if result.ok and result.clock_reads and phase in PLAY_PHASES:
+        raise Failed(
+            "nondeterministic",
+            f"{phase} read the clock ({', '.join(result.clock_reads)}): an environment must give the same "
+            "transcript for a seed whatever the time, and play is paced otherwise than validation",
+        )
     if result.ok:
         return result.value
     if result.status is Status.EXCEPTION:

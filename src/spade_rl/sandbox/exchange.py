@@ -109,8 +109,11 @@ def judge(
     # The worker caps printed output, but it runs hostile code: cap again here.
     output = answer.get("output") if isinstance(answer.get("output"), str) else ""
     output = output[:max_output]
+    clock = clock_reads(answer.get("clock"))
     if answer["ok"]:
-        return CallResult(Status.OK, answer.get("value"), "ok", output=output, elapsed_s=elapsed)
+        return CallResult(
+            Status.OK, answer.get("value"), "ok", output=output, elapsed_s=elapsed, clock_reads=clock
+        )
     kind = answer.get("kind")
     message = str(answer.get("message", ""))[:4000]
     if kind == "memory":
@@ -134,4 +137,15 @@ def judge(
         str(answer.get("traceback", ""))[:4000],
         output,
         elapsed,
+        clock,
     )
+
+
+def clock_reads(value: Any) -> tuple[str, ...]:
+    """The names of the clocks a worker says a call read, checked: at most 16 names of at most 64
+    characters (a worker runs hostile code: anything else is kept as one name that says so)."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or len(value) > 16 or not all(isinstance(n, str) for n in value):
+        return ("<an unreadable list of clocks>",)
+    return tuple(name[:64] for name in value)

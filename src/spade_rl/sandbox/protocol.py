@@ -24,6 +24,9 @@ import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+# Bound at import: a sandbox worker points the time module's clocks at its virtual clock
+# (spade_rl.sandbox.clock) once it has imported this, and its deadlines and spin need the machine's.
+_monotonic, _perf_counter = time.monotonic, time.perf_counter
 
 
 class FrameTooLarge(Exception):
@@ -77,7 +80,7 @@ def write_frame(fd: int, message: Any, deadline: float | None = None) -> None:
             if poller is None:
                 poller = select.poll()
                 poller.register(fd, select.POLLOUT | select.POLLERR | select.POLLHUP)
-            left = deadline - time.monotonic()
+            left = deadline - _monotonic()
             if left <= 0 or not poller.poll(left * 1000.0):
                 raise Deadline() from None
             continue
@@ -237,16 +240,16 @@ class FrameReader:
         """Read one frame. With ``spin_s`` > 0, poll without sleeping for up to that long before
         blocking: a sleeping process takes tens of microseconds to wake, far longer than a
         trivial call takes to answer, so a short spin halves the round trip."""
-        spin_until = time.perf_counter() + spin_s if spin_s > 0 else 0.0
+        spin_until = _perf_counter() + spin_s if spin_s > 0 else 0.0
         while True:
             frame = self.take()
             if frame is not None:
                 return frame
             while spin_until and not self._poller.poll(0):
-                if time.perf_counter() >= spin_until:
+                if _perf_counter() >= spin_until:
                     spin_until = 0.0
             if deadline is not None:
-                left = deadline - time.monotonic()
+                left = deadline - _monotonic()
                 if left <= 0:
                     self.drain()  # what arrived in time counts, however late it is read
                     frame = self.take()

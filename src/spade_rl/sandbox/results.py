@@ -41,6 +41,9 @@ class CallResult:
     traceback: str = ""
     output: str = ""  # what the environment printed during the call (capped)
     elapsed_s: float = 0.0
+    # The clocks the environment read during the call (spade_rl.sandbox.clock), e.g. ("time.monotonic",):
+    # a virtual time, the same in validation and in play; validation refuses reads in reset, step, solution.
+    clock_reads: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

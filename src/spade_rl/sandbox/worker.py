@@ -12,7 +12,8 @@ Requests: ``{"op": "load", "source"}``, ``{"op": "new", "instance", "kwargs"}``,
 ``{"op": "reset", "instance", "seed"}``, ``{"op": "step", "instance", "action"}``,
 ``{"op": "solution", "instance"}``, ``{"op": "close", "instance"}``, ``{"op": "ping"}``.
 Answers: ``{"ok": true, "value", "output"}`` or ``{"ok": false, "kind", "reason", "type", "message",
-"traceback", "output"}``.
+"traceback", "output"}``, each with ``"clock"``: the clocks the call read (``spade_rl.sandbox.clock``:
+environment code reads a virtual time, the same in validation and in play).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import traceback
 from spade_rl.envs.contract import ContractViolation
 from spade_rl.envs.loader import load_env_class
 from spade_rl.sandbox import protocol
+from spade_rl.sandbox.clock import WorkerClock, install
 from spade_rl.sandbox.hardening import harden, read_only_paths
 from spade_rl.sandbox.view import ViewReport, make_view
 
@@ -69,6 +71,7 @@ class Worker:
         self.env_class: type | None = None
         self.source_hash = ""
         self.instances: dict[int, object] = {}
+        self.clock = WorkerClock()
 
     # --- operations -----------------------------------------------------------------------------
     def op_load(self, request: dict) -> dict:
@@ -136,6 +139,7 @@ class Worker:
 
     def encode(self, response: dict) -> bytes:
         response["output"] = self.output.take()
+        response["clock"] = self.clock.take()
         try:
             frame = protocol.encode(response)
         except MemoryError:
@@ -269,5 +273,6 @@ def start(in_fd: int, out_fd: int, settings: dict) -> None:
     )
     if refused:
         os._exit(3)  # fail closed: never read code without every required layer
+    install(worker.clock)  # from here on, code in this interpreter reads the virtual time
     worker.serve()
     os._exit(0)
