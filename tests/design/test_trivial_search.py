@@ -226,25 +226,35 @@ COIN_FLIP = """class SequenceOfDoublingEnv(QuestionTask):
 """
 
 
-def test_one_answer_right_half_the_time_is_refused_when_asked(pool):
-    """At the defaults the verdict is the luck of the seeds (the answer replay allows half: "3" wins 8 of
-    16 or fewer about 60% of the time); with the common-answer cap it is refused at every seed, the
-    answer replay's constant winning about half of 16 seeds and of 48 more, the message giving both."""
+def test_one_answer_right_half_the_time_is_refused(pool):
+    """Without the common-answer cap the verdict is the luck of the seeds (the answer replay allows half:
+    "3" wins 8 of 16 or fewer about 60% of the time); with it (on by default) it is refused at every
+    seed, the answer replay's constant winning about half of 16 seeds and of 240 more, the message
+    giving both; and at the experiments' 0.15 too."""
     source = kits.compose("question", COIN_FLIP)
-    defaults, capped = [], 0
+    uncapped, capped = [], 0
     for seed in range(6):
         settings = ValidationSettings(max_turns=8, seed=seed)
-        defaults.append(validate_source(pool, source, settings).valid)
-        report = validate_source(pool, source, dataclasses.replace(settings, max_common_answer_win_rate=0.15))
-        assert report.reason == "answer_replay_wins", report
-        if "one answer is right too often" in report.message:  # (else over the answer replay's half too)
-            capped += 1
-            assert re.search(
-                r"wins \d+ of 16 other seeds, and \d+ of 64 with 48 more seeds; at most 15%", report.message
+        uncapped.append(validate_source(pool, source, dataclasses.replace(
+            settings, max_common_answer_win_rate=None, refuse_undetermined_answers=False
+        )).valid)  # fmt: skip
+        for cap in (None, 0.15):
+            strict = (
+                settings if cap is None else dataclasses.replace(settings, max_common_answer_win_rate=cap)
             )
-            assert "max_common_answer_win_rate" in report.message
-    assert any(defaults), "valid at some seeds at the defaults: the hole the cap closes"
-    assert capped  # (the defaults play the replay only where one answer ends over half of 32 solutions)
+            report = validate_source(
+                pool, source, dataclasses.replace(strict, refuse_undetermined_answers=False)
+            )
+            assert report.reason == "answer_replay_wins", report
+            if cap is None and "one answer is right too often" in report.message:  # (else over the half)
+                capped += 1
+                assert re.search(
+                    r"wins \d+ of 16 other seeds, and \d+ of 256 with 240 more seeds; at most 43%",
+                    report.message,
+                )
+                assert "max_common_answer_win_rate" in report.message
+    assert any(uncapped), "valid at some seeds without the cap: the hole the cap closes"
+    assert capped
 
 
 @pytest.mark.parametrize("name", reference.NAMES)
@@ -259,7 +269,7 @@ def test_the_common_answer_cap_is_checked():
     for bad in (-0.1, 1.5, "half", True):
         with pytest.raises(ValueError, match="max_common_answer_win_rate must be None"):
             ValidationSettings(max_common_answer_win_rate=bad)
-    assert ValidationSettings().max_common_answer_win_rate is None
+    assert ValidationSettings().max_common_answer_win_rate == 0.43  # on by default (its comment says why)
 
 
 # --- the answer printed in the question (design.validation.max_copy_win_rate) ----------------------------
@@ -308,17 +318,23 @@ COPY_CAP = 0.75  # experiments/cpu-curriculum-levers.toml, arm all-copy-cap
 
 
 @pytest.mark.parametrize("place", sorted(COPIED))
-def test_an_answer_printed_at_one_place_is_refused_when_asked(pool, place):
-    """At the defaults the hole is open (the random answers draw one candidate of some twenty); with the
-    copy cap the design is refused at every validation seed, the message naming the place, the rate and
-    the setting."""
+def test_an_answer_printed_at_one_place_is_refused(pool, place):
+    """Without the copy cap the hole is open (the random answers draw one candidate of some twenty); with
+    it (on by default) the design is refused at every validation seed, the message naming the place, the
+    rate and the setting."""
     source = kits.compose("question", COPIED[place])
     defaults = []
     expected = {"second word": "word 2", "first number": "number 1"}[place]
     for seed in range(4):
         settings = ValidationSettings(max_turns=8, seed=seed)
-        defaults.append(validate_source(pool, source, settings).valid)
-        report = validate_source(pool, source, dataclasses.replace(settings, max_copy_win_rate=COPY_CAP))
+        uncapped = dataclasses.replace(
+            settings,
+            max_copy_win_rate=None,
+            max_common_answer_win_rate=None,
+            refuse_undetermined_answers=False,
+        )
+        defaults.append(validate_source(pool, source, uncapped).valid)
+        report = validate_source(pool, source, settings)
         assert report.reason == "trivial_policy_wins", report
         assert re.search(
             rf"the answer is printed in the task: answering the {expected} of the first observation, at "
@@ -326,7 +342,7 @@ def test_an_answer_printed_at_one_place_is_refused_when_asked(pool, place):
             report.message,
         ), report.message
         assert "max_copy_win_rate" in report.message
-    assert all(defaults), "valid at the defaults: the hole the cap closes"
+    assert all(defaults), "valid without the caps: the hole the cap closes"
 
 
 @pytest.mark.parametrize("source", [TWO_WAY, ODD_ONE], ids=["two-way", "odd-one"])
@@ -346,23 +362,19 @@ def test_reference_games_stay_valid_with_the_copy_cap(pool, name):
 
 
 @pytest.mark.parametrize("skill", sorted(FAMILIES))
-def test_synthetic_designs_keep_their_verdict_with_the_copy_cap_but_logic(pool, skill):
-    """The warm-up's synthetic designs keep their verdict, but for the logic family's: its answer (the
-    tallest of a chain) is always the first thing the question names ("The {x} is taller than the {y}.
-    ..." -> x), its second word, and the cap refuses it. The untrained designer of
-    experiments/results/cpu-curriculum (spade-no-designer-training, seed 1) wrote its copies, with this
-    family's hint word for word, and its agent won them 90-100% of the time."""
+def test_synthetic_designs_keep_their_verdict_with_the_copy_cap(pool, skill):
+    """The warm-up's synthetic designs keep their verdict with the copy cap. The logic family's answer
+    (the tallest of a chain) was the first thing its question named ("The {x} is taller than the {y}.
+    ..." -> x), its second word, and the cap refused it (the untrained designer of
+    experiments/results/cpu-curriculum, spade-no-designer-training seed 1, wrote its copies, and its
+    agent won them 90-100% of the time): its facts are now told in another order at every seed."""
     rng = random.Random(skill)
     for _ in range(2):
         source = kits.compose("question", synthetic_design(rng, skill)[0])
         for seed in PINNED:
-            plain = validate_source(pool, source, ValidationSettings(seed=seed))
+            plain = validate_source(pool, source, ValidationSettings(seed=seed, max_copy_win_rate=None))
             capped = validate_source(pool, source, ValidationSettings(seed=seed, max_copy_win_rate=COPY_CAP))
-            if skill == "logic":
-                assert plain.valid, plain
-                assert capped.reason == "trivial_policy_wins" and "the word 2 of" in capped.message, capped
-            else:
-                assert (plain.valid, plain.reason) == (capped.valid, capped.reason), (seed, capped.message)
+            assert (plain.valid, plain.reason) == (capped.valid, capped.reason), (seed, capped.message)
 
 
 def test_copy_places_are_the_first_numbers_and_words():
@@ -371,15 +383,19 @@ def test_copy_places_are_the_first_numbers_and_words():
     found = copies("The Pink beats the Gold 3 times in 12 games.")
     assert found["word 1"] == "The" and found["word 2"] == "Pink" and found["word 5"] == "Gold"
     assert found["number 1"] == "3" and found["number 2"] == "12" and "number 3" not in found
+    assert found["number 1 from the end"] == "12" and found["word 1 from the end"] == "games"
     many = copies(" ".join(f"w{k} x" for k in range(40)))
-    assert len([p for p in many if p.startswith("word ")]) == COPY_POSITIONS
+    assert (
+        len([p for p in many if p.startswith("word ") and not p.endswith("from the end")]) == COPY_POSITIONS
+    )
+    assert len([p for p in many if p.endswith("from the end")]) == 2 * COPY_POSITIONS
 
 
 def test_the_copy_cap_is_checked():
     for bad in (-0.1, 1.5, "most", True):
         with pytest.raises(ValueError, match="max_copy_win_rate must be None"):
             ValidationSettings(max_copy_win_rate=bad)
-    assert ValidationSettings().max_copy_win_rate is None
+    assert ValidationSettings().max_copy_win_rate == 0.75  # on by default
 
 
 # --- the answer drawn apart from the question (design.validation.refuse_undetermined_answers) -----------
@@ -406,17 +422,18 @@ SMALL_SUM = """class SmallSumEnv(QuestionTask):
 """
 
 
-def test_an_answer_drawn_apart_from_the_question_is_refused_when_asked(pool):
-    """Valid at the defaults and with both caps (the hole they leave); with refuse_undetermined_answers
-    refused at every validation seed, the message naming two seeds, the observation they share and the
-    setting."""
+def test_an_answer_drawn_apart_from_the_question_is_refused(pool):
+    """Valid with the check off, with or without the caps (the hole they leave); with
+    refuse_undetermined_answers (on by default) refused at every validation seed, the message naming two
+    seeds, the observation they share and the setting."""
     source = kits.compose("question", DRAWN)
     for seed in range(3):
-        settings = ValidationSettings(max_turns=8, seed=seed)
-        assert validate_source(pool, source, settings).valid
+        settings = ValidationSettings(max_turns=8, seed=seed, refuse_undetermined_answers=False)
         caps = dataclasses.replace(settings, max_common_answer_win_rate=0.15, max_copy_win_rate=COPY_CAP)
         assert validate_source(pool, source, caps).valid
-        report = validate_source(pool, source, dataclasses.replace(caps, refuse_undetermined_answers=True))
+        report = validate_source(
+            pool, source, dataclasses.replace(settings, refuse_undetermined_answers=True)
+        )
         assert report.reason == "undetermined_answer", report
         assert re.search(
             r"seeds \d+ and \d+ show the same first observation .There are \d+ numbers each predicting",
@@ -463,4 +480,4 @@ def test_refuse_undetermined_answers_is_checked():
     for bad in (1, "yes", None):
         with pytest.raises(ValueError, match="refuse_undetermined_answers must be true or false"):
             ValidationSettings(refuse_undetermined_answers=bad)
-    assert ValidationSettings().refuse_undetermined_answers is False
+    assert ValidationSettings().refuse_undetermined_answers is True  # on by default

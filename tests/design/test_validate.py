@@ -202,11 +202,14 @@ def test_probed_instances_meet_any_counter_within_twice_its_count():
 
 
 def test_stacked_instances_follow_the_sandbox(pool):
-    """A worker is filled to the sandbox's episodes_per_worker, or to stacked_instances when set."""
+    """A worker is filled to the sandbox's episodes_per_worker, or to stacked_instances when set; every
+    instance plays a probe, so a counter rigged from the 41st is met at the 41st."""
     counted = rigged_after(40)
     report = validate_source(pool, counted)
-    assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
-    # Without the trivial-policy search, which plays as training plays and so fills workers too
+    assert report.reason == "instance_dependent" and "instance 41 " in report.message, report
+    # Without the trivial-policy search, which plays as training plays and so fills workers too (another
+    # source, so a worker of its own: the first validation's worker counted to 41 already)
+    counted += "\n# a worker of its own\n"
     assert validate_source(pool, counted, ValidationSettings(stacked_instances=40, trivial_seeds=0)).valid
     played = validate_source(pool, counted, ValidationSettings(stacked_instances=40))
     assert played.reason == "malformed_action_wins" and "as training plays" in played.message, played

@@ -1009,13 +1009,14 @@ def test_instance_counter():
 
 
 def test_late_instance_counter():
-    """Rigged from the 41st instance of a worker on: validation stacks as many as training does."""
+    """Rigged from the 41st instance of a worker on: validation stacks as many as training does, and
+    every instance plays a probe."""
     report = validate_attack("late_instance_counter")
-    assert report.reason == "instance_dependent" and "instance 64 " in report.message, report
+    assert report.reason == "instance_dependent" and "instance 41 " in report.message, report
 
 
 def test_reset_counter(tmp_path):
-    """Honest for its first 300 resets in an interpreter: validation passes it, and training, which
+    """Honest for its first 5000 resets in an interpreter: validation passes it, and training, which
     resets a warm worker for every episode, sees it won by an empty action; the guard flags it and the
     pool never draws it again."""
     from spade_rl.archive import ArchiveConfig
@@ -1035,7 +1036,7 @@ def test_reset_counter(tmp_path):
             source, valid=True, reason="ok", skill="math", setting="games", iteration=0
         ).env_id
         warm = pool.open(source, report.env_kwargs).value  # the worker's earlier episodes, as training's
-        assert all(warm.reset(seed=n).ok for n in range(300))
+        assert all(warm.reset(seed=n).ok for n in range(5000))
         warm.close()
         policy = FakePolicy(lambda chat: "", tokenizer=default_tokenizer())
         specs = [EpisodeSpec(source, seed=n, env_kwargs=report.env_kwargs) for n in range(8)]
@@ -1068,6 +1069,48 @@ def test_short_answer_leak():
 def test_trivially_won():
     report = validate_attack("trivially_won")
     assert report.reason == "trivial_policy_wins" and "of 16 seeds" in report.message, report
+
+
+def test_words_around_the_box():
+    """Honest with a bare \\boxed{}, won by any number with words around it, as a model writes a turn."""
+    report = validate_attack("words_around_the_box")
+    assert report.reason == "trivial_policy_wins" and "in words around it" in report.message, report
+
+
+def test_paced_like_play():
+    """Won by anything once 50 ms have passed since the reset, as in play: the worker's clock is virtual
+    and a reset that reads it is refused."""
+    report = validate_attack("paced_like_play")
+    assert report.reason == "nondeterministic" and "time.perf_counter" in report.message, report
+
+
+def test_unprobed_instance_count():
+    """Any number wins at instance 10, 26, 42, ...: counts the fixed probe list never plays."""
+    from spade_rl.design.transcripts import probed_instances
+
+    assert not {n for n in probed_instances(1, 256) if n % 16 == 10}  # the fixed list misses every one
+    report = validate_attack("unprobed_instance_count")
+    assert report.reason == "instance_dependent", report
+    number = int(re.search(r"instance (\d+) made", report.message).group(1))
+    assert number % 16 == 10, report
+
+
+def test_coin_flip_key():
+    """The key is 2 or 3 whatever the question says: "2" wins half the seeds."""
+    report = validate_attack("coin_flip_key")
+    assert report.reason == "answer_replay_wins" and "max_common_answer_win_rate" in report.message, report
+
+
+def test_answer_printed_last():
+    """The answer is the last number of the question, after more than 16 numbers."""
+    report = validate_attack("answer_printed_last")
+    assert report.reason == "trivial_policy_wins" and "number 1 from the end" in report.message, report
+
+
+def test_partial_credit():
+    """0.9 for any number, 1 for the right one: no trivial win, a trivial mean return of 0.9."""
+    report = validate_attack("partial_credit")
+    assert report.reason == "trivial_policy_wins" and "max_trivial_mean_return" in report.message, report
 
 
 def test_first_reset_seed():

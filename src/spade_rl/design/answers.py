@@ -56,6 +56,30 @@ def trivial_actions(observation: str, seed: int, max_turns: int) -> dict[str, li
     return policies
 
 
+# What a model in play writes around its answer: openings and closings of a turn, joined at random.
+_OPENINGS = (
+    "",
+    "Let me think about this step by step.",
+    "I read the question carefully.",
+    "Looking at the numbers given,",
+    "OK.",
+    "Based on the rules of the game, I will try this.",
+    "My reasoning: the task asks for one answer, so I will give it now.",
+    "Hmm, this one needs some care. Checking each part of the question again before I answer.",
+)
+_LEADS = ("The answer is", "I choose", "Final answer:", "My move:", "So:", "I think it is", "")
+_CLOSINGS = ("", ".", " That is my final answer.", " Let me know if that is right.", "\n\nDone.")
+
+
+def in_words(action: str, rng: random.Random) -> str:
+    """``action`` with words around it, as a model in play writes a turn: an opening sentence or
+    none, a lead-in, the action, a closing (drawn from ``rng``). The action itself is unchanged, so an
+    environment that reads the ``\\boxed{}`` or ``<answer>`` in a turn reads the same answer."""
+    opening, lead, closing = rng.choice(_OPENINGS), rng.choice(_LEADS), rng.choice(_CLOSINGS)
+    text = " ".join(part for part in (opening, lead, action) if part)
+    return text + closing if text != action or closing else f"{rng.choice(_LEADS[:-1])} {action}"
+
+
 def common_answer(solutions: Sequence[Sequence[str]]) -> tuple[str, int]:
     """The final action whose answer (:func:`final_answer`, ignoring case) is the most common among
     ``solutions`` (the actions of ``solution()`` at several seeds), the first of them on a tie, and

@@ -142,13 +142,15 @@ def _ordering(rng, a, b, level):
     count = (3, 3, 4)[level]  # things in the chain (two would let a word of the question win too often)
     things = [a, b, *rng.sample([w for w in FALLBACK_WORDS if w not in (a, b)], 3)]
     names = ["x", "y", "z", "w"][:count]
-    facts = [f"The {{{names[i]}}} is {adjective} than the {{{names[i + 1]}}}." for i in range(count - 1)]
-    if level:
-        rng.shuffle(facts)  # the harder chains are told out of order
+    facts = [f'f"The {{{names[i]}}} is {adjective} than the {{{names[i + 1]}}}."' for i in range(count - 1)]
     return (
         [
             f"{', '.join(names)} = rng.sample({things}, {count})",
-            f'question = f"{" ".join(facts)} Which is the {most}?"',
+            f"facts = [{', '.join(facts)}]",
+            # told in another order at every seed: in order, the answer is always the question's second
+            # word, and copying it wins (design.validation.max_copy_win_rate refuses that)
+            "rng.shuffle(facts)",
+            f'question = " ".join(facts) + " Which is the {most}?"',
         ],
         "x",
         "Follow the chain of comparisons to the one that nothing beats.",

@@ -63,7 +63,7 @@ from spade_rl.design.answer_space import (
     words_of,
     wrap_like,
 )
-from spade_rl.design.answers import common_answer, final_answer, trivial_actions
+from spade_rl.design.answers import common_answer, final_answer, in_words, trivial_actions
 from spade_rl.design.report import MALFORMED_ACTIONS, Failed
 from spade_rl.design.transcripts import canonical, ended, short, value_of
 
@@ -81,7 +81,15 @@ SCREEN_SEEDS = 3  # seeds every constant plays before the suspicious ones play e
 # instances.)
 STALL_STEPS = 2
 HELD = ("trivial", "shaped", "in turn")  # the policies held to max_trivial_win_rate
-COPY_POSITIONS = 16  # the copy policies answer one of the first 16 numbers or words of the first observation
+# Trivial policies also played with words around their answers, as a model in play writes a turn (text
+# around its \\boxed{}), in other words each turn: an environment that tells validation's short actions
+# from play's, and is honest only with the short ones, is met by these. The first repeated answer and
+# the random answers, where the task asks for a format to put words around.
+IN_WORDS = ("repeat ", "random answers")
+COPY_POSITIONS = (
+    16  # the copy policies answer one of the first (or last) 16 numbers or words of the first observation
+)
+COPY_SCAN = 1024  # numbers and words read of a first observation to find the last ones
 COPY_SUSPECTS = 4  # at most this many places are played (those most often the answer first)
 Play = tuple[str, str, int, list[str]]  # kind, name, seed, actions
 _DIGITS = re.compile(r"\d+")
@@ -106,6 +114,9 @@ class TrainingPlay:
         self.battery = battery
         self.kwargs = kwargs
         self.anchor: EnvHandle | None = None  # an open instance of the current worker
+        # The words put around the trivial policies' answers, drawn from a source the environment cannot
+        # read (not from the battery's seed, which its first reset is given).
+        self.words = battery.private
 
     def play(self, plays: list[tuple[int, list[str], bool]]) -> list[list]:
         """One transcript per (seed, actions, stall), in order: the reset, then each action until the
@@ -183,11 +194,21 @@ def won(battery: _Battery, transcript: list) -> bool:
     return len(transcript) > 1 and battery.won(transcript[-1])
 
 
-def played_won(battery: _Battery, play: TrainingPlay, plays: list[Play]) -> list[bool]:
-    """Whether each of ``plays`` (kind, name, seed, actions) won, played as training plays; every policy
-    but the random answers repeats one action, so it may stop once the game no longer changes."""
+def episode_return(battery: _Battery, transcript: list) -> float:
+    """An episode's return as a share of the reward range: its final reward if it terminated, else the
+    range's low end (a truncated or unfinished episode returns nothing, as training counts it)."""
+    low, high = battery.settings.reward_range
+    last = transcript[-1] if len(transcript) > 1 else None
+    reward = last[1] if last is not None and last[2] else low
+    return (reward - low) / (high - low)
+
+
+def played_won(battery: _Battery, play: TrainingPlay, plays: list[Play]) -> list[tuple[bool, float]]:
+    """Whether each of ``plays`` (kind, name, seed, actions) won, and its return (``episode_return``),
+    played as training plays; every policy that repeats one action may stop once the game no longer
+    changes."""
     episodes = [(seed, actions, len(set(actions)) == 1) for _, _, seed, actions in plays]
-    return [won(battery, t) for t in play.play(episodes)]
+    return [(won(battery, t), episode_return(battery, t)) for t in play.play(episodes)]
 
 
 def final_of(space: AnswerSpace, seed: int) -> str:
@@ -205,8 +226,15 @@ def policy_plays(
     s = battery.settings
     plays = []
     for seed in seeds:
-        for name, actions in trivial_actions(space.observations[seed], seed, s.max_turns).items():
+        policies = trivial_actions(space.observations[seed], seed, s.max_turns)
+        for name, actions in policies.items():
             plays.append(("trivial", name, seed, actions))
+        for prefix in IN_WORDS:
+            name = next(name for name in policies if name.startswith(prefix))
+            actions = policies[name]
+            if actions and actions[0] != final_answer(actions[0]):  # a format to put words around
+                worded = [in_words(action, play.words) for action in actions]
+                plays.append(("trivial", f"{name}, in words around it", seed, worded))
         final = final_of(space, seed)
         for _ in range(s.shaped_guesses):
             guess = wrap_like(final) % shaped_guess(final_answer(final), rng)
@@ -214,6 +242,17 @@ def policy_plays(
         if several_answers(play.kwargs):
             plays.append(("in turn", "", seed, known_in_turn(space, seed, s.max_turns)))
     return plays
+
+
+def policy_name(kind: str, name: str, play: TrainingPlay) -> str:
+    """A policy held to the trivial caps, as a message names it."""
+    if kind == "trivial":
+        return f"the trivial policy '{name}'"
+    if kind == "shaped":
+        return "random answers of its answers' shape"
+    return (
+        f"other seeds' most common answers, one a turn (the environment takes {play.kwargs.get('attempts')})"
+    )
 
 
 def policy_key(kind: str, name: str) -> tuple[str, str]:
@@ -242,7 +281,8 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
     outcomes = played_won(battery, play, plays)
 
     wins: dict[tuple[str, str], list[int]] = {}
-    for (kind, name, seed, _), outcome in zip(plays, outcomes, strict=True):
+    returns: dict[tuple[str, str], list[float]] = {}
+    for (kind, name, seed, _), (outcome, share) in zip(plays, outcomes, strict=True):
         if kind == "malformed" and outcome:
             raise Failed(
                 "malformed_action_wins",
@@ -251,8 +291,16 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
         if kind == "constant":
             outcome = outcome and undeserved(name, finals[seed])
         wins.setdefault(policy_key(kind, name), []).append(int(outcome))
-    over = {key for key, results in wins.items() if key[0] in HELD and sum(results) > cap * len(results)}
-    first = {key: (sum(wins[key]), len(wins[key])) for key in over}
+        returns.setdefault(policy_key(kind, name), []).append(share)
+
+    def over_cap(key: tuple[str, str]) -> bool:
+        results, shares = wins[key], returns[key]
+        return sum(results) > cap * len(results) or (
+            s.max_trivial_mean_return is not None and sum(shares) > s.max_trivial_mean_return * len(shares)
+        )
+
+    over = {key for key in wins if key[0] in HELD and over_cap(key)}
+    first = {key: (sum(wins[key]), len(wins[key]), sum(returns[key])) for key in over}
     if over and s.trivial_confirm_seeds:
         # Over the cap at the first seeds: played again at more seeds before a verdict, the pooled rate
         # deciding, so that a sound environment a policy wins a little less often than the cap is not
@@ -263,15 +311,29 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
         candidates = policy_plays(battery, play, space, more_seeds, rng)
         again = [p for p in candidates if policy_key(p[0], p[1]) in over]
         rng.shuffle(again)
-        for (kind, name, _, _), outcome in zip(again, played_won(battery, play, again), strict=True):
+        for (kind, name, _, _), (outcome, share) in zip(again, played_won(battery, play, again), strict=True):
             wins[policy_key(kind, name)].append(int(outcome))
+            returns[policy_key(kind, name)].append(share)
     for key in sorted(over):
         kind, name = key
         results = wins[key]
-        if sum(results) <= cap * len(results):
+        if not over_cap(key):
             continue
-        count, total = first[key]
+        count, total, earned = first[key]
         more = len(results) - total
+        if sum(results) <= cap * len(results):  # over the cap on its mean return, not its wins
+            after = (
+                f", {sum(returns[key]) / len(results):.2f} over {len(results)} with {more} more"
+                if more
+                else ""
+            )
+            raise Failed(
+                "trivial_policy_wins",
+                f"{policy_name(kind, name, play)} earns a mean return of {earned / total:.2f} of the "
+                f"reward range over {total} episodes{after} without playing (it wins {sum(results)} of "
+                f"them): partial credit for an answer that needs no reading; at most "
+                f"{s.max_trivial_mean_return:.2f} may be earned that way (max_trivial_mean_return)",
+            )
         after = f", and {sum(results)} of {len(results)} with {more} more seeds" if more else ""
         if kind == "trivial":
             what = f"the trivial policy '{name}' wins {count} of {total} seeds{after}"
@@ -309,9 +371,15 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
 
 def copies(observation: str) -> dict[str, str]:
     """The copy policies' answers for an episode that opened with ``observation``, by place: its k-th
-    number (``"number k"``) and its k-th word (``"word k"``), k up to ``COPY_POSITIONS``."""
-    found = {f"number {k}": text for k, text in enumerate(numbers_of(observation, COPY_POSITIONS), 1)}
-    found.update({f"word {k}": text for k, text in enumerate(words_of(observation, COPY_POSITIONS), 1)})
+    number (``"number k"``) and its k-th word (``"word k"``), k up to ``COPY_POSITIONS``, and the same
+    counted from its end (``"number k from the end"``: an answer printed last, after a question of
+    any length, is at one place from the end). What an agent sees of it counts (its first 4000
+    characters)."""
+    numbers, words = numbers_of(observation, COPY_SCAN), words_of(observation, COPY_SCAN)
+    found = {f"number {k}": text for k, text in enumerate(numbers[:COPY_POSITIONS], 1)}
+    found.update({f"word {k}": text for k, text in enumerate(words[:COPY_POSITIONS], 1)})
+    found.update({f"number {k} from the end": t for k, t in enumerate(numbers[::-1][:COPY_POSITIONS], 1)})
+    found.update({f"word {k} from the end": t for k, t in enumerate(words[::-1][:COPY_POSITIONS], 1)})
     return found
 
 
@@ -362,13 +430,18 @@ def copy_search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> No
 
 
 def confirmed_over(
-    battery: _Battery, wins_at: Callable[[list[int]], int], first: int, count: int, cap: float
+    battery: _Battery,
+    wins_at: Callable[[list[int]], int],
+    first: int,
+    count: int,
+    cap: float,
+    more_count: int | None = None,
 ) -> str | None:
     """A policy won ``first`` of ``count`` trivial seeds, more than ``cap`` of them: over the cap by the
     luck of the draw? With ``trivial_confirm_seeds`` it plays that many more (``wins_at(seeds)``: its wins
     there) and the rate over all of them decides. None when that brings it within the cap; else the
     refusal's account of the more seeds (", and W of T with M more seeds", or "" when none played)."""
-    more_count = battery.settings.trivial_confirm_seeds
+    more_count = battery.settings.trivial_confirm_seeds if more_count is None else more_count
     if not more_count:
         return ""
     more = battery.derived("trivial_confirm", more_count)
@@ -435,13 +508,15 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of them, it is
     played as a constant (repeated every turn) at the trivial seeds, other seeds than those it came
     from, and fails when it wins more than that share of them: the answer needs no reading of the task.
-    With ``max_common_answer_win_rate`` set, it is also played when it ends more than that share of them,
-    and fails when it wins more than that share of the trivial seeds (and of as many more,
-    ``trivial_confirm_seeds``, where it is over at the first): one answer that is right too often."""
+    With ``max_common_answer_win_rate`` set, it is also played when it ends more than half that share of
+    them, at the trivial seeds and ``common_answer_confirm_seeds`` more, and fails when it wins more than
+    that share of them all: one answer that is right too often. (The cap lies between a third and a half,
+    so the verdict needs many seeds: at 16 and 32, a key of 2 or 3 drawn at random passed one time in
+    three.)"""
     s = battery.settings
     action, count = common_answer([space.solutions[seed] for seed in space.answer_seeds])
     rate, common = s.max_answer_replay_win_rate, s.max_common_answer_win_rate
-    low = rate if common is None else min(rate, common)
+    low = rate if common is None else min(rate, common / 2)
     if count <= low * len(space.answer_seeds):
         return  # no answer is common enough to win as a constant
     seeds = space.trivial_seeds
@@ -457,9 +532,13 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
             f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
             f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
         )
-    if common is None or wins <= common * len(seeds):
+    if common is None or count <= common / 2 * len(space.answer_seeds):
         return
-    after = confirmed_over(battery, wins_at, wins, len(seeds), common)
+    more = s.common_answer_confirm_seeds
+    if more:
+        after = confirmed_over(battery, wins_at, wins, len(seeds), common, more)
+    else:
+        after = "" if wins > common * len(seeds) else None
     if after is None:
         return
     raise Failed(

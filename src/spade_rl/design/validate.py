@@ -82,10 +82,12 @@ from here too.
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 
 from spade_rl.design import trivial_search
+from spade_rl.design.answer_space import wrap_like
 from spade_rl.design.answers import final_answer, leaked_answer
 from spade_rl.design.report import (
     MALFORMED_ACTIONS,
@@ -115,6 +117,8 @@ from spade_rl.design.transcripts import (
 )
 from spade_rl.envs.contract import check_reset_value, check_solution_value, check_step_value
 from spade_rl.sandbox import EnvHandle, Sandbox
+
+RANDOM_PROBES = 24  # instance numbers drawn at random that replay a solution (see _Battery.stacked_instances)
 
 __all__ = [
     "MALFORMED_ACTIONS",
@@ -147,6 +151,10 @@ class _Battery:
         # source the environment cannot read, unless the settings give one (to replay a report)
         self.seed = settings.seed if settings.seed is not None else secrets.randbelow(2**31)
         self.report.seed = self.seed
+        # Draws the environment must not be able to compute even from the seeds it is given (which
+        # instances replay a solution, the words around the trivial policies' answers): from the
+        # system's random source, apart from the seed (so a report's seed replays all but these).
+        self.private = random.Random(secrets.randbelow(2**63))
 
     def derived(self, purpose: str, count: int) -> list[int]:
         """``count`` seeds for ``purpose``, drawn from ``self.seed`` (see ``transcripts.derived_seeds``)."""
@@ -320,7 +328,13 @@ class _Battery:
         if self.stack_depth() > s.instances:
             t = time.perf_counter()
             replays = {seed: (solutions[seed], transcripts[seed]) for seed in seeds}
-            self.stacked_instances(env, kwargs, replays, seeds[0], malformed)
+            probes = dict(malformed)
+            final = solutions[seeds[0]][-1] if solutions[seeds[0]] else ""
+            for answer in ("0", "1"):  # well-formed answers (wrong ones, mostly): a rig that pays any
+                action = wrap_like(final) % answer
+                if action != final:
+                    probes[action] = self.play(env, seeds[0], [action])
+            self.stacked_instances(env, kwargs, replays, seeds[0], probes)
             self.passed("stacked_instances", t)
 
         if self.hint:
@@ -394,35 +408,50 @@ class _Battery:
         env: EnvHandle,
         kwargs: dict,
         replays: dict[int, tuple[list[str], list]],
-        malformed_seed: int,
-        malformed: dict[str, list],
+        probe_seed: int,
+        probes: dict[str, list],
     ) -> None:
         """Instances made one after another in the worker of ``env``, up to ``stack_depth`` (by default
         as many as training stacks on a warm worker before the sandbox retires it), so that a class
-        attribute counting instances sees every count training will show it. Those numbered by
-        ``probed_instances`` replay a seed's solution (``replays``: seed -> (actions, the first
-        instance's transcript)) and each malformed action, and must give the first instance's
-        transcripts (``instance_dependent``); the others are made and closed."""
+        attribute counting instances sees every count training will show it. Every one plays one of
+        ``probes`` (an action -> the first instance's transcript of it at ``probe_seed``: the malformed
+        actions and well-formed answers), drawn at random; those numbered by ``probed_instances``, and
+        ``RANDOM_PROBES`` numbers drawn from a source the environment cannot read (``secrets``, not the
+        battery's seed, which its first reset is given), replay a seed's solution (``replays``: seed ->
+        (actions, the first instance's transcript)) and every probe. Each must give the first
+        instance's transcripts (``instance_dependent``): a counter that rigs the reward at counts a fixed
+        list never looks at is met at one of them."""
         depth = self.stack_depth()
-        probed = set(probed_instances(env.worker_instances + 1, depth))
+        first = env.worker_instances + 1
+        drawn = self.private
+        probed = set(probed_instances(first, depth))
+        if depth >= first:
+            probed |= set(drawn.sample(range(first, depth + 1), min(RANDOM_PROBES, depth - first + 1)))
         seeds = list(replays)
         while env.worker_instances < depth:
             other = self.open(kwargs, beside=env)
             number = env.worker_instances
+            chosen = list(probes) if number in probed else [drawn.choice(list(probes))]
+            plays = [
+                (
+                    probe_seed,
+                    [a],
+                    probes[a],
+                    f"the {'malformed action' if a in MALFORMED_ACTIONS else 'answer'} {a!r}",
+                )
+                for a in chosen
+            ]
             if number in probed:
                 seed = seeds[number % len(seeds)]
-                plays = [(seed, *replays[seed], "solution()")] + [
-                    (malformed_seed, [a], transcript, f"the malformed action {a!r}")
-                    for a, transcript in malformed.items()
-                ]
-                for seed, actions, expected, what in plays:
-                    where = difference(self.play(other, seed, actions), expected)
-                    if where is not None:
-                        raise Failed(
-                            "instance_dependent",
-                            f"instance {number} made in one worker (training stacks up to {depth} on a warm "
-                            f"worker) differs from the first one playing {what} at seed {seed}, at {where}",
-                        )
+                plays.insert(0, (seed, *replays[seed], "solution()"))
+            for seed, actions, expected, what in plays:
+                where = difference(self.play(other, seed, actions), expected)
+                if where is not None:
+                    raise Failed(
+                        "instance_dependent",
+                        f"instance {number} made in one worker (training stacks up to {depth} on a warm "
+                        f"worker) differs from the first one playing {what} at seed {seed}, at {where}",
+                    )
             self.discard(other)
             self.within_budget(f"in stacked_instances, at instance {number}")
 

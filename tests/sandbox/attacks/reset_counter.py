@@ -1,6 +1,7 @@
-"""Attack: a fair game until its interpreter has made 300 resets (a class attribute counts them), then
-every action wins, an empty one included. Validation resets a worker a few hundred times at most:
-this passes it (``PASSES_VALIDATION``); training resets a warm worker for every episode.
+"""Attack: a fair game until its interpreter has made 5000 resets (a class attribute counts them), then
+every action wins, an empty one included. Validation resets a worker some hundreds of times (every
+instance of its stacked-instance check plays a probe): this passes it (``PASSES_VALIDATION``);
+training resets a warm worker for every episode.
 
 Stopped at play time: the loop's guard (``spade_rl.loop.guard``) sees an episode won by an empty
 action, flags the environment in the archive (``empty_action_won``) and the pool never draws it again."""
@@ -18,7 +19,7 @@ class ResetCounterEnv:
 
     def reset(self, seed=None):
         ResetCounterEnv.resets += 1
-        self.rigged = ResetCounterEnv.resets > 300
+        self.rigged = ResetCounterEnv.resets > 5000
         self.turn = 0
         rng = random.Random(seed)
         a, b = rng.randint(100, 999), rng.randint(100, 999)

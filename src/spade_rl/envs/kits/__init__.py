@@ -60,7 +60,9 @@ class ShelfBooksEnv(QuestionTask):
 class TallestFriendEnv(QuestionTask):
     def make(self, rng):
         a, b, c = rng.sample(["Ana", "Ben", "Chen", "Dara", "Eli"], 3)
-        question = f"{a} is taller than {b}. {b} is taller than {c}. Who is the tallest?"
+        facts = [f"{a} is taller than {b}.", f"{b} is taller than {c}."]
+        rng.shuffle(facts)  # the answer is not always the first name: it must be worked out
+        question = " ".join(facts) + " Who is the tallest?"
         return question, a
 
     hint = "Follow the chain of comparisons to the person that nobody is taller than."
