@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -135,3 +136,48 @@ def test_designer_scale_is_the_references_when_asked():
         DesignerRewardConfig(scale="big")
     with pytest.raises(ValueError, match="max_scale must be at least 1"):
         DesignerRewardConfig(scale="reference", max_scale=0.5)
+
+
+def test_regret_bound_by_hand():
+    """Two plays a side, returns 1, 1 with the hint and 0, 0 without: with one 0 and one 1 added to each
+    arm, m = 3/4 and 1/4, v = 3/16 * 4 / 3 = 1/4 each, se = sqrt(2 * (1/4) / 4) = 0.3536; at 95% (z =
+    1.6449) the bound is 0.5 - 0.5816 < 0: two plays a side prove nothing."""
+    from spade_rl.rewards import regret_bound
+
+    assert regret_bound([1.0, 1.0], [0.0, 0.0]) == 0.0
+    # Sixteen a side, all won with the hint, none without: m = 17/18 and 1/18, v = (16 (1/18)^2 + (17/18)^2
+    # + (1/18)^2) / 17 each.
+    m, n = 17 / 18, 16
+    v = (n * (1 - m) ** 2 + m**2 + (1 - m) ** 2) / (n + 1)
+    expected = (m - (1 - m)) - 1.6448536269514722 * math.sqrt(2 * v / (n + 2))
+    assert regret_bound([1.0] * n, [0.0] * n) == pytest.approx(expected)
+    assert regret_bound([1.0] * n, [0.0] * n, confidence=0.0) == regret([1.0] * n, [0.0] * n) == 1.0
+    # a reward range other than [0, 1]: the same bound, in its units
+    assert regret_bound([2.0] * n, [-2.0] * n, reward_range=(-2.0, 2.0)) == pytest.approx(4 * expected)
+    with pytest.raises(ValueError, match="regret confidence"):
+        regret_bound([1.0], [0.0], confidence=1.0)
+
+
+def test_a_coin_flip_is_paid_about_nothing():
+    """A design won half the time with and without the hint, 8 + 8 plays: the plain regret pays its noise
+    (about 0.1 on average), the bound about nothing; a hint that helps keeps most of its pay."""
+    from spade_rl.rewards import regret_bound
+
+    rng = random.Random(0)
+
+    def plays(p: float) -> list[float]:
+        return [float(rng.random() < p) for _ in range(8)]
+
+    draws = [(plays(0.5), plays(0.5)) for _ in range(4000)]
+    plain = sum(regret(w, wo) for w, wo in draws) / len(draws)
+    bound = sum(regret_bound(w, wo) for w, wo in draws) / len(draws)
+    assert plain > 0.08 and bound < 0.01, (plain, bound)
+    helped = [(plays(1.0), plays(0.125)) for _ in range(1000)]
+    assert sum(regret_bound(w, wo) for w, wo in helped) / len(helped) > 0.35
+
+
+def test_regret_confidence_is_checked():
+    for bad in (-0.1, 1.0, True, "high"):
+        with pytest.raises(ValueError, match="regret_confidence must lie in"):
+            DesignerRewardConfig(regret_confidence=bad)
+    assert DesignerRewardConfig().regret_confidence == 0.95

@@ -48,6 +48,7 @@ from spade_rl.rewards import (
     LearningPotential,
     WindowPlay,
     invalid_design_reward,
+    regret_bound,
     window_designer_reward,
     window_win_rate,
 )
@@ -149,6 +150,7 @@ class DesignerRewards:
         self.invalid = invalid
         self.held: list[HeldDesign] = []
         self.potentials: dict[str, LearningPotential] = {}
+        self.regrets: list[tuple[float, float]] = []  # this iteration's (unfloored, paid) regrets
 
     # --- one iteration ---------------------------------------------------------------------------------
     def to_play(self, iteration: int) -> list[int]:
@@ -178,6 +180,7 @@ class DesignerRewards:
                 env = by_env.get(design.env_id)
                 if env is None:
                     continue  # valid but not played in its iteration: no regret to learn from
+                paid = self.paid_regret(env)
                 held = HeldDesign(
                     iteration,
                     design.skill,
@@ -185,7 +188,7 @@ class DesignerRewards:
                     True,
                     design.reason,
                     generation,
-                    regret=env.stats.regret,
+                    regret=paid,
                     hint_return=env.stats.mean_return_hint,
                 )
             elif self.invalid == "retry":
@@ -239,9 +242,25 @@ class DesignerRewards:
             out.append(DueReward(held, reward))
         return out
 
+    def paid_regret(self, env: PlayedEnv) -> float:
+        """The regret a design's play pays (``rewards.regret_bound`` at ``regret_confidence``: beyond its
+        noise), recording it and the unfloored ``mean(with) - mean(without)`` for ``metrics``."""
+        if not env.hint:
+            return env.stats.regret  # no hint plays: nothing to compare (0)
+        with_hint, without = [e.return_ for e in env.hint], [e.return_ for e in env.nohint]
+        paid = regret_bound(with_hint, without, self.config.regret_confidence)
+        self.regrets.append((sum(with_hint) / len(with_hint) - sum(without) / len(without), paid))
+        return paid
+
     def metrics(self) -> dict[str, float]:
-        """The learning-potential averages per skill (``designer/lp/<skill>/mu_fast``, ``mu_slow``)."""
+        """This iteration's designs' regret, unfloored (``designer/regret_unfloored_mean``, the plain
+        difference of mean returns) and as paid (``designer/regret_paid_mean``); with learning potential,
+        its averages per skill (``designer/lp/<skill>/mu_fast``, ``mu_slow``)."""
         out: dict[str, float] = {}
+        if self.regrets:
+            out["designer/regret_unfloored_mean"] = sum(r for r, _ in self.regrets) / len(self.regrets)
+            out["designer/regret_paid_mean"] = sum(p for _, p in self.regrets) / len(self.regrets)
+            self.regrets = []
         if self.config.mode != "learning_potential":
             return out
         for skill, lp in sorted(self.potentials.items()):
