@@ -12,6 +12,10 @@ design by design so that the machine's load falls on all three alike:
   answer-space constants and the shaped guesses (``answer_space_constants=0``, ``shaped_guesses=0``);
 - ``unconfirmed``: the defaults but for the confirmation (``trivial_confirm_seeds=0``: a trivial policy
   over the cap at the 16 trivial seeds refuses at once, as before the confirmation);
+- ``gates_off``: the defaults with the gates issue 56 turned on set off again (the common-answer and copy
+  caps, undetermined answers, the cap on a trivial policy's mean return): what the switchable gates cost.
+  (Its other changes, the trivial policies played in words, every stacked instance probed and the virtual
+  clock, have no switch: compare runs of this script at two commits for them.)
 - ``full``: the default ``ValidationSettings``.
 
 Prints, per group and overall, the median milliseconds per design of each, the added milliseconds of
@@ -39,6 +43,12 @@ WAYS = {
     "none": ValidationSettings(trivial_seeds=0),
     "fixed": ValidationSettings(answer_space_constants=0, shaped_guesses=0),
     "unconfirmed": ValidationSettings(trivial_confirm_seeds=0),
+    "gates_off": ValidationSettings(
+        max_common_answer_win_rate=None,
+        max_copy_win_rate=None,
+        refuse_undetermined_answers=False,
+        max_trivial_mean_return=None,
+    ),
     "full": ValidationSettings(),
 }
 
@@ -52,6 +62,7 @@ def summary(ms: dict[str, list[float]]) -> dict[str, float]:
         "full_over_unconfirmed": round(median["full"] / median["unconfirmed"], 2),
         "full_over_fixed": round(median["full"] / median["fixed"], 2),
         "full_over_none": round(median["full"] / median["none"], 2),
+        "full_over_gates_off": round(median["full"] / median["gates_off"], 2),
     }
 
 
@@ -82,14 +93,14 @@ def main() -> None:
         print(json.dumps({"per_group": out, "refused": refused}, indent=2))
         return
     header = (
-        "group", "designs", "none", "fixed", "unconfirm", "full", "+ms/fixed", "full/fixed", "full/none",
-        "full/unconf",
+        "group", "designs", "none", "fixed", "unconfirm", "gates_off", "full", "+ms/fixed", "full/fixed",
+        "full/none", "full/unconf", "full/g_off",
     )  # fmt: skip
     print(f"{header[0]:<10} {header[1]:>7}" + "".join(f" {h:>10}" for h in header[2:]))
     for group, row in out.items():
         keys = (
-            "none_ms", "fixed_ms", "unconfirmed_ms", "full_ms", "added_ms_over_fixed", "full_over_fixed",
-            "full_over_none", "full_over_unconfirmed",
+            "none_ms", "fixed_ms", "unconfirmed_ms", "gates_off_ms", "full_ms", "added_ms_over_fixed",
+            "full_over_fixed", "full_over_none", "full_over_unconfirmed", "full_over_gates_off",
         )  # fmt: skip
         print(f"{group:<10} {row['designs']:>7}" + "".join(f" {row[k]:>10}" for k in keys))
     for way, names in refused.items():

@@ -57,6 +57,9 @@ def played(env_id: int, win: float, hint: float | None = None, n: int = 4) -> Pl
 
 
 def rewards(delay: int, regenerate_every: int, **config) -> DesignerRewards:
+    """The plain regret (regret_confidence 0) unless a test asks otherwise: these tests compute the
+    delay's rewards by hand from it; test_the_paid_regret_is_the_bound_and_both_are_logged the bound's."""
+    config.setdefault("regret_confidence", 0.0)
     return DesignerRewards(DesignerRewardConfig(delay=delay, **config), regenerate_every)
 
 
@@ -130,7 +133,8 @@ def test_learning_potential_with_a_delay_updates_first_then_reads():
     assert lp.mu_fast == pytest.approx(0.02 * 0.4 + 0.98 * 0.5)  # 0.498: the pooled win rate is 0.5
     assert lp.mu_slow == pytest.approx(0.15 * 0.2 + 0.85 * 0.5)  # 0.455
     assert due.reward == pytest.approx(abs(0.5 - 0.455))
-    assert state.metrics() == {"designer/lp/math/mu_fast": lp.mu_fast, "designer/lp/math/mu_slow": lp.mu_slow}
+    lp_metrics = {k: v for k, v in state.metrics().items() if k.startswith("designer/lp/")}
+    assert lp_metrics == {"designer/lp/math/mu_fast": lp.mu_fast, "designer/lp/math/mu_slow": lp.mu_slow}
 
 
 def test_learning_potential_without_a_delay_reads_first_then_updates():
@@ -179,7 +183,7 @@ def batch_of(overrides, designs, played_envs, iteration, state):
 
 
 def test_the_batch_trains_the_held_designs_when_they_fall_due():
-    overrides = [*FEW, "rewards.delay=2", "loop.regenerate_every=2"]
+    overrides = [*FEW, "rewards.delay=2", "loop.regenerate_every=2", "rewards.regret_confidence=0"]
     config = load_config(None, overrides)
     state = DesignerRewards(config.rewards, 2)
     first = batch_of(
@@ -280,3 +284,19 @@ def test_a_delayed_run_resumes_without_losing_or_recounting_a_play(tmp_path):
         assert again[0][key] == metrics[2][key], key
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_the_paid_regret_is_the_bound_and_both_are_logged():
+    """At the default confidence a design's regret is rewards.regret_bound of its plays; the iteration's
+    metrics give the unfloored difference and the paid bound, then start again."""
+    from spade_rl.rewards import regret_bound
+
+    held = rewards(0, 1, regret_confidence=0.95)
+    noisy, helped = played(1, 0.5, 0.25), played(2, 0.0, 1.0)  # a hint that hurts; one that helps
+    [first, second] = held.step([design(1), design(2)], [noisy, helped], iteration=1)
+    expected = regret_bound([e.return_ for e in helped.hint], [e.return_ for e in helped.nohint])
+    assert first.held.regret == 0.0 and second.held.regret == pytest.approx(expected) and expected > 0
+    metrics = held.metrics()
+    assert metrics["designer/regret_unfloored_mean"] == pytest.approx((-0.25 + 1.0) / 2)
+    assert metrics["designer/regret_paid_mean"] == pytest.approx(expected / 2)
+    assert "designer/regret_paid_mean" not in held.metrics()  # logged once per iteration
