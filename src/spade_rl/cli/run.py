@@ -65,9 +65,13 @@ def _iteration_line(m: dict) -> str:
         value = m.get(key)
         return "-" if value is None else format(value, spec)
 
+    # the gaming gauge (loop/gauge.py): won designs a gate refuses on revalidation, of those won
+    won = m.get("designer/won_designs")
+    gamed = f"  gamed {m.get('designer/gaming_refused', 0):.0f}/{won:.0f}" if won is not None else ""
+
     return (
         f"iter {m['iteration']:>3}  valid {fmt('designer/valid_rate')}  win {fmt('agent/win_rate')}"
         f"  win+hint {fmt('agent/win_rate_hint')}  regret {fmt('regret/mean')}"
-        f"  frontier {fmt('frontier/fraction')}"
+        f"  frontier {fmt('frontier/fraction')}{gamed}"
         f"  loss {fmt('train/loss', '.4g')}  {fmt('time/iteration_s', '.0f')} s"
     )

@@ -54,6 +54,7 @@ from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_co
 from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
 from spade_rl.loop.designing import design_environments
 from spade_rl.loop.distributed import Processes
+from spade_rl.loop.gauge import gaming_gauge
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import retired_designs, seed_pool
 from spade_rl.loop.probe import make_probe
@@ -190,6 +191,12 @@ class SelfPlay:
             self.archive, played, i, self._probe(i), cfg.design_phase.validation.max_trivial_win_rate
         )
         batch = self._batch(designs, played, i, self.designer_rewards)
+        # how many of the designs the agent won a gate would refuse on revalidation (loop/gauge.py)
+        gauge = (
+            gaming_gauge(designs, played, self.archive, self.executor, cfg.design_phase.question_validation)
+            if cfg.loop.gaming_gauge and designs
+            else {}
+        )
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
         # of loop.groups_per_step groups
@@ -203,6 +210,7 @@ class SelfPlay:
             **curriculum_metrics(designs, played, frontier),
             **play_counts,
             **format_metrics(played),
+            **gauge,
             **phase.metrics,
         }
         if cfg.loop.retire_after_plays:

@@ -77,6 +77,10 @@ class LoopConfig:
     update_epochs: int = 1
     checkpoint_every: int = 1
     transcripts_per_iteration: int = 2
+    # The gaming gauge (loop/gauge.py): each iteration's new designs that the agent won are validated again
+    # with every gate on; the share refused is designer/gaming_gauge. False: not measured (it costs one
+    # validation, about a second, per won design).
+    gaming_gauge: bool = True
 
     @property
     def hint_plays(self) -> int:
@@ -155,6 +159,8 @@ class LoopConfig:
             )
         if self.update_epochs < 1:
             raise ConfigError(f"loop.update_epochs must be at least 1, got {self.update_epochs}")
+        if not isinstance(self.gaming_gauge, bool):
+            raise ConfigError(f"loop.gaming_gauge must be true or false, got {self.gaming_gauge!r}")
         if self.seed < 0 or self.transcripts_per_iteration < 0:
             raise ConfigError("loop.seed and loop.transcripts_per_iteration must not be negative")
         if self.designer_group_by not in DESIGNER_GROUPS:

@@ -392,11 +392,21 @@ def _iteration_table(data: RunData) -> str:
         return '<p class="muted">No iteration recorded.</p>'
     head = (
         "iteration", "status", "proposed", "valid rate", "verdicts", "envs played", "win", "win + hint",
-        "regret", "on frontier", "turns", "new env lines", "loss", "designer reward", "seconds",
+        "regret", "on frontier", "turns", "new env lines", "loss", "designer reward", "gamed", "seconds",
     )  # fmt: skip
     body = "".join(_iteration_row(r) for r in data.rows)
     header = "".join(f"<th{' class=l' if h in ('verdicts', 'status') else ''}>{h}</th>" for h in head)
     return f"<table><tr>{header}</tr>{body}</table>"
+
+
+def _gamed(r: IterationRow) -> str:
+    """The gaming gauge (loop/gauge.py): won designs a gate refuses on revalidation, of those won; "-"
+    where it was not measured. Above 0 it is marked: the designer is paid for what a gate catches."""
+    won, refused = r.metric("designer/won_designs"), r.metric("designer/gaming_refused")
+    if won is None or refused is None:
+        return "-"
+    cell = f"{refused:.0f}/{won:.0f}"
+    return f'<span class="bad">{cell}</span>' if refused > 0 else cell
 
 
 def _iteration_row(r: IterationRow) -> str:
@@ -416,6 +426,7 @@ def _iteration_row(r: IterationRow) -> str:
         fmt(r.source_lines, ".0f"),
         fmt(r.metric("train/loss"), ".4g"),
         fmt(r.metric("designer/reward_mean"), ".3f"),
+        _gamed(r),
         fmt(r.metric("time/iteration_s"), ".0f"),
     ]
     return (

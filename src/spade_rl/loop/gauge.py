@@ -1,0 +1,87 @@
+"""The gaming gauge: the share of an iteration's won designs that a gate would refuse on revalidation.
+
+A designer paid for the agent's plays finds the designs validation lets through that pay without
+teaching (docs/designing.md, "Designs that pay without teaching"). The gauge watches for them where they
+matter: each of the iteration's new valid designs that the agent won at least once without the hint
+(a design that pays) is validated again, with every gate on (``all_gates``: the common-answer and copy
+caps, undetermined answers, the cap on a trivial policy's mean return, each at its default where the
+run's configuration has it off) and seeds drawn anew. Metrics (``designer/`` namespace):
+
+- ``won_designs``: the iteration's new valid designs won at least once without the hint;
+- ``gaming_refused``: how many of them revalidation refused;
+- ``gaming_gauge``: their share (None when no design was won): 0 is the target; above it, the
+  designer is paid for something a gate catches (at the run's own gates, the luck of validation's
+  seeds; with gates off, the class the gate closes).
+
+``loop.gaming_gauge = false`` turns it off (it costs one validation per won design, about a second).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from spade_rl.design.report import ValidationSettings
+
+if TYPE_CHECKING:
+    from spade_rl.archive import Archive
+    from spade_rl.executor import Executor
+    from spade_rl.loop.stages import Design, PlayedEnv
+
+log = logging.getLogger(__name__)
+_DEFAULTS = ValidationSettings()
+
+
+def all_gates(settings: ValidationSettings) -> ValidationSettings:
+    """``settings`` with every gate that can be turned off on (at its default where it is off), and a
+    seed drawn for each validation."""
+    return dataclasses.replace(
+        settings,
+        seed=None,
+        max_common_answer_win_rate=_or_default(settings, "max_common_answer_win_rate"),
+        max_copy_win_rate=_or_default(settings, "max_copy_win_rate"),
+        max_trivial_mean_return=_or_default(settings, "max_trivial_mean_return"),
+        refuse_undetermined_answers=True,
+        judge=None,  # the judge (an LLM) is the design phase's: not run again here
+    )
+
+
+def _or_default(settings: ValidationSettings, name: str):
+    value = getattr(settings, name)
+    return getattr(_DEFAULTS, name) if value is None else value
+
+
+def won_designs(designs: Sequence[Design], played: Sequence[PlayedEnv]) -> list[Design]:
+    """The new valid designs (not duplicates of archived ones) whose no-hint plays won at least once."""
+    won = {p.env_id for p in played if any(e.won for e in p.nohint)}
+    return [d for d in designs if d.valid and not d.duplicate and d.env_id in won]
+
+
+def gaming_gauge(
+    designs: Sequence[Design],
+    played: Sequence[PlayedEnv],
+    archive: Archive,
+    executor: Executor,
+    settings: ValidationSettings,
+) -> dict[str, float | None]:
+    """The gauge's metrics for one iteration (see the module docstring); ``settings`` is how the
+    iteration's designs were validated."""
+    won = won_designs(designs, played)
+    refused = 0
+    if won:
+        requests = []
+        for design in won:
+            record = archive.get(design.env_id)
+            requests.append((record.source, record.hint or ""))
+        reports = executor.validate_many(requests, all_gates(settings))
+        for design, report in zip(won, reports, strict=True):
+            if not report.valid:
+                refused += 1
+                log.info("gaming gauge: design %d refused on revalidation: %s", design.env_id, report.reason)
+    return {
+        "designer/won_designs": float(len(won)),
+        "designer/gaming_refused": float(refused),
+        "designer/gaming_gauge": refused / len(won) if won else None,
+    }
