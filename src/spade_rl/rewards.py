@@ -3,7 +3,11 @@
 Agent: the return of an episode is its final reward, 0 when the episode was truncated (ran out of
 turns or context). Advantages are z-scores within the group of plays of one environment.
 
-Designer: hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``; the difficulty plateau
+Designer: a valid design's reward is a table of named terms (``DESIGNER_TERMS``, :func:`designer_terms`)
+weighted by the mode (:func:`designer_weights`: a term of weight 0 is logged, not paid), times a gate
+(:func:`designer_reward`: a design a gate refused after validation earns the validity floor). The terms:
+hint-based regret ``max(0, mean(R_hint) - mean(R_nohint))``, paid beyond its noise
+(:func:`regret_bound`); the difficulty plateau
 ``plateau(win)`` (1 inside ``[0.4, 0.6]``, falling linearly to 0 over 0.25 on each side); the
 reference blend ``0.6 * plateau(win) + 0.4 * clip(regret / 0.15, 0, 1)``, or pure regret, or the
 pure plateau (``solve_rate``: the reference's name for it), or the learning potential
@@ -196,39 +200,73 @@ class DesignerRewardConfig:
         plateau(0.5, self.plateau_low, self.plateau_high, self.plateau_ramp)  # validates the plateau
 
 
-def designer_reward(
-    win_rate: float, regret_value: float, config: DesignerRewardConfig, *, baseline: float = 0.0
-) -> float:
-    """The reward of a valid design from its no-hint win rate and its regret, plus the whole progress
-    bonus (``progress_bonus * 1``): a valid design is never worth less than an invalid one, whatever
-    the agent made of it (with the bonus on, an invalid design that got far would otherwise out-earn a
-    valid one that nobody solves).
+# The terms of a valid design's reward, by name: each is computed and logged for every design
+# (designer/term/<name>), and the mode's weights (designer_weights) say which are paid; a term of weight 0
+# is a metric only, as in verifiers' Rubric.
+DESIGNER_TERMS = ("plateau", "learnability", "regret", "regret_scaled", "learning_potential")
 
-    - ``blend``: ``w_plateau * plateau(win) + w_regret * clip(regret / regret_scale, 0, 1)``;
-    - ``regret``: ``regret``;
-    - ``plateau`` and ``solve_rate``: ``plateau(win)`` (the reference's solve-rate ablation is its blend with
-      plateau weight 1 and regret weight 0: cmd/ablations/train_solve_rate_30b.sh);
-    - ``learnability``: ``w_learnability * 4 win (1 - win) + w_regret * clip(regret / regret_scale, 0, 1)``
-      (:func:`learnability`; ours: not 0 for a design the agent wins rarely, where the plateau is);
+
+def designer_terms(
+    win_rate: float, regret_value: float, config: DesignerRewardConfig, *, baseline: float = 0.0
+) -> dict[str, float]:
+    """Every term of a valid design's reward from its no-hint win rate and its (paid) regret:
+
+    - ``plateau``: ``plateau(win)`` (:func:`plateau`, the reference's difficulty band);
+    - ``learnability``: ``4 win (1 - win)`` (:func:`learnability`; ours);
+    - ``regret``: the regret itself; ``regret_scaled``: ``clip(regret / regret_scale, 0, 1)``;
     - ``learning_potential``: ``|win - baseline|``, the baseline being the skill's slow moving average
-      (:attr:`LearningPotential.baseline`; spade/core/utils/delayed_env_rewards.py,
-      recompute_delayed_env_rewards).
-    """
-    on_plateau = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
-    scaled_regret = min(1.0, max(0.0, regret_value / config.regret_scale))
-    if config.mode == "regret":
-        return regret_value + config.progress_bonus
-    if config.mode in ("plateau", "solve_rate"):
-        return on_plateau + config.progress_bonus
-    if config.mode == "learning_potential":
-        return abs(win_rate - baseline) + config.progress_bonus
-    if config.mode == "learnability":
-        return (
-            config.w_learnability * learnability(win_rate)
-            + config.w_regret * scaled_regret
-            + config.progress_bonus
-        )
-    return config.w_plateau * on_plateau + config.w_regret * scaled_regret + config.progress_bonus
+      (:attr:`LearningPotential.baseline`; spade/core/utils/delayed_env_rewards.py)."""
+    return {
+        "plateau": plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp),
+        "learnability": learnability(win_rate),
+        "regret": regret_value,
+        "regret_scaled": min(1.0, max(0.0, regret_value / config.regret_scale)),
+        "learning_potential": abs(win_rate - baseline),
+    }
+
+
+def designer_weights(config: DesignerRewardConfig) -> dict[str, float]:
+    """The weight of each of ``DESIGNER_TERMS`` in ``config.mode`` (0: logged, not paid):
+
+    - ``blend``: ``w_plateau`` on ``plateau``, ``w_regret`` on ``regret_scaled`` (the reference's default);
+    - ``regret``: 1 on ``regret``;
+    - ``plateau`` and ``solve_rate``: 1 on ``plateau`` (the reference's solve-rate ablation is its blend
+      with plateau weight 1 and regret weight 0: cmd/ablations/train_solve_rate_30b.sh);
+    - ``learnability``: ``w_learnability`` on ``learnability``, ``w_regret`` on ``regret_scaled``;
+    - ``learning_potential``: 1 on ``learning_potential``."""
+    weights = dict.fromkeys(DESIGNER_TERMS, 0.0)
+    if config.mode == "blend":
+        weights["plateau"], weights["regret_scaled"] = config.w_plateau, config.w_regret
+    elif config.mode == "regret":
+        weights["regret"] = 1.0
+    elif config.mode in ("plateau", "solve_rate"):
+        weights["plateau"] = 1.0
+    elif config.mode == "learnability":
+        weights["learnability"], weights["regret_scaled"] = config.w_learnability, config.w_regret
+    else:  # learning_potential (DesignerRewardConfig refuses any other mode)
+        weights["learning_potential"] = 1.0
+    return weights
+
+
+def designer_reward(
+    win_rate: float,
+    regret_value: float,
+    config: DesignerRewardConfig,
+    *,
+    baseline: float = 0.0,
+    gate: bool = True,
+) -> float:
+    """The reward of a valid design: ``gate * sum(weight * term) + progress_bonus`` over
+    :func:`designer_terms` with :func:`designer_weights`. The gate multiplies: a design that a gate refused
+    after validation (the gaming gauge's revalidation, ``gate=False``) earns the validity floor,
+    ``progress_bonus``, never learnability or regret. The whole progress bonus (``progress_bonus * 1``) is
+    added either way: a valid design is never worth less than an invalid one, whatever the agent made of it
+    (with the bonus on, an invalid design that got far would otherwise out-earn a valid one nobody solves)."""
+    if not gate:
+        return config.progress_bonus
+    terms = designer_terms(win_rate, regret_value, config, baseline=baseline)
+    paid = [weight * terms[name] for name, weight in designer_weights(config).items() if weight]
+    return math.fsum(paid) + config.progress_bonus
 
 
 class WindowPlay(NamedTuple):
@@ -256,21 +294,29 @@ def window_designer_reward(
     config: DesignerRewardConfig,
     *,
     baseline: float = 0.0,
+    gate: bool = True,
 ) -> float:
     """The reward of a valid design held over a delay window, as the reference recomputes it when it
-    trains its proposer (spade/core/utils/delayed_env_rewards.py). ``plays[0]`` is the play of the design's
-    own iteration (its regeneration), with the hint's mean return ``hint_return`` and the regret
+    trains its proposer (spade/core/utils/delayed_env_rewards.py): :func:`designer_reward` of
+    :func:`window_inputs`. A window of one play gives exactly the immediate reward
+    ``designer_reward(win, regret)``."""
+    win, regret_value = window_inputs(plays, regret_at_regeneration, hint_return, config)
+    return designer_reward(win, regret_value, config, baseline=baseline, gate=gate)
+
+
+def window_inputs(
+    plays: Sequence[WindowPlay],
+    regret_at_regeneration: float,
+    hint_return: float,
+    config: DesignerRewardConfig,
+) -> tuple[float, float]:
+    """The win rate and the regret a held design's terms read. ``plays[0]`` is the play of the design's own
+    iteration (its regeneration), with the hint's mean return ``hint_return`` and the regret
     ``regret_at_regeneration`` measured then; the win rate is pooled over every play of the window
-    (:func:`window_win_rate`). Then :func:`designer_reward` with
-
-    - ``blend``: the plateau of the pooled win rate and the regret at regeneration (matched timing: both
-      arms played by the same weights; recompute_delayed_env_rewards_blend); ``learnability`` the same,
-      with 4 p (1 - p) of the pooled win rate in place of the plateau;
-    - ``regret``: ``max(0, hint_return - mean no-hint return pooled over the window)``
-      (recompute_delayed_env_rewards_regret); over a window of one play, that play's regret;
-    - ``plateau`` / ``solve_rate`` / ``learning_potential``: the pooled win rate.
-
-    A window of one play gives exactly the immediate reward ``designer_reward(win, regret)``."""
+    (:func:`window_win_rate`). The regret is the one at regeneration (matched timing: both arms played by
+    the same weights; recompute_delayed_env_rewards_blend), but in the ``regret`` mode over a window of
+    more than one play: ``max(0, hint_return - mean no-hint return pooled over the window)``
+    (recompute_delayed_env_rewards_regret)."""
     if not plays:
         raise ValueError("a held design is rewarded from at least the play of its own iteration")
     win = window_win_rate(plays)
@@ -279,7 +325,7 @@ def window_designer_reward(
         episodes = sum(p.episodes for p in plays)
         pooled_return = math.fsum(p.episodes * p.mean_return for p in plays) / episodes
         regret_value = max(0.0, hint_return - pooled_return)
-    return designer_reward(win, regret_value, config, baseline=baseline)
+    return win, regret_value
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,9 @@ def test_won_designs_are_new_valid_designs_won_without_the_hint():
     assert [d.env_id for d in won_designs(designs, plays)] == [1]
 
 
-def test_the_gauge_counts_won_designs_a_gate_refuses(tmp_path):
-    """A coin-flip key that a run with the gates off let through is refused on revalidation; a sound
-    design is not; a design nobody won is not revalidated."""
+def test_the_gauge_counts_won_designs_a_gate_refuses_and_flags_them(tmp_path):
+    """A coin-flip key that a run with the gates off let through is refused on revalidation and flagged
+    out of the pool; a sound design is not; a design nobody won is not revalidated."""
     archive = Archive(tmp_path / "archive.sqlite", ArchiveConfig())
     ids = []
     for source in ((ATTACKS / "coin_flip_key.py").read_text(), SOUND, SOUND.replace("10, 99", "20, 89")):
@@ -72,22 +72,39 @@ def test_the_gauge_counts_won_designs_a_gate_refuses(tmp_path):
         )
     designs = [design(env_id) for env_id in ids]
     plays = [played(ids[0], 2), played(ids[1], 1), played(ids[2], 0)]
+    off = ValidationSettings(max_common_answer_win_rate=None)
     with LocalExecutor(SandboxConfig(pool_size=2)) as executor:
-        metrics = gaming_gauge(
-            designs, plays, archive, executor, ValidationSettings(max_common_answer_win_rate=None)
-        )
-        none_won = gaming_gauge(designs[2:], plays[2:], archive, executor, ValidationSettings())
-    archive.close()
-    assert metrics == {
+        gauge = gaming_gauge(designs, plays, archive, executor, off, iteration=1)
+        none_won = gaming_gauge(designs[2:], plays[2:], archive, executor, ValidationSettings(), iteration=1)
+    assert gauge.metrics == {
         "designer/won_designs": 2.0,
         "designer/gaming_refused": 1.0,
         "designer/gaming_gauge": 0.5,
     }
-    assert none_won == {
-        "designer/won_designs": 0.0,
-        "designer/gaming_refused": 0.0,
-        "designer/gaming_gauge": None,
-    }
+    assert gauge.refused == {ids[0]}
+    assert archive.get(ids[0]).flagged["reason"] == "gate_on_revalidation"
+    assert archive.get(ids[1]).flagged is None and ids[0] not in archive.pool_weights()
+    assert none_won.metrics["designer/gaming_gauge"] is None and not none_won.refused
+    archive.close()
+
+
+def test_a_gated_design_earns_the_validity_floor_and_every_term_is_logged():
+    """The gate multiplies: a design the gauge refused is paid the progress bonus alone, whatever its play;
+    every term is logged, paid or not (learnability, weight 0 in the blend, too)."""
+    from spade_rl.loop.delayed import DesignerRewards
+    from spade_rl.rewards import DESIGNER_TERMS, DesignerRewardConfig, designer_reward
+
+    config = DesignerRewardConfig(regret_confidence=0.0, progress_bonus=0.1)
+    rewards = DesignerRewards(config, 1)
+    plays = [played(1, 2), played(2, 2)]
+    due = rewards.step([design(1), design(2)], plays, iteration=1, gated={2})
+    assert [d.held.gated for d in due] == [False, True]
+    assert due[0].reward == pytest.approx(designer_reward(0.5, 0.0, config)) and due[0].reward > 0.6
+    assert due[1].reward == pytest.approx(0.1)
+    metrics = rewards.metrics()
+    assert {f"designer/term/{name}" for name in DESIGNER_TERMS} <= set(metrics)
+    assert metrics["designer/term/plateau"] == 1.0 and metrics["designer/term/learnability"] == 1.0
+    assert metrics["designer/gated"] == 1.0
 
 
 def test_the_gauge_is_a_loop_setting():

@@ -37,24 +37,31 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spade_rl.policy import Generation
 from spade_rl.rewards import (
+    DESIGNER_TERMS,
     DesignerRewardConfig,
     LearningPotential,
     WindowPlay,
+    centred_advantages,
+    designer_reward,
+    designer_scale,
+    designer_terms,
     invalid_design_reward,
     regret_bound,
-    window_designer_reward,
+    window_inputs,
     window_win_rate,
 )
+from spade_rl.train import sample_from_generation
 
 if TYPE_CHECKING:
-    from spade_rl.loop.stages import Design, PlayedEnv
+    from spade_rl.loop.config import RunConfig
+    from spade_rl.loop.stages import Design, PlayedEnv, TrainingBatch
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,8 @@ class HeldDesign:
     regret: float = 0.0  # valid: the regret of its own iteration's play
     hint_return: float = 0.0  # valid: the mean hint return of that play
     plays: list[WindowPlay] = field(default_factory=list)
+    # valid, but a gate refused it on revalidation (the gaming gauge, loop/gauge.py): paid the validity floor
+    gated: bool = False
 
     def in_window(self, iteration: int, regenerate_every: int, delay: int) -> bool:
         """Whether ``iteration`` plays this design's environment (see the module docstring)."""
@@ -104,6 +113,7 @@ class HeldDesign:
             "regret": self.regret,
             "hint_return": self.hint_return,
             "plays": [list(p) for p in self.plays],
+            "gated": self.gated,
             "generation": generation,
         }
 
@@ -131,6 +141,7 @@ class HeldDesign:
             regret=float(data["regret"]),
             hint_return=float(data["hint_return"]),
             plays=[WindowPlay(int(i), int(n), float(w), float(r)) for i, n, w, r in data["plays"]],
+            gated=bool(data.get("gated", False)),  # state files written before the gauge have none
         )
 
 
@@ -151,6 +162,8 @@ class DesignerRewards:
         self.held: list[HeldDesign] = []
         self.potentials: dict[str, LearningPotential] = {}
         self.regrets: list[tuple[float, float]] = []  # this iteration's (unfloored, paid) regrets
+        self.terms: list[dict[str, float]] = []  # the terms of this iteration's rewarded valid designs
+        self.gated_count = 0  # of them, how many a gate refused on revalidation
 
     # --- one iteration ---------------------------------------------------------------------------------
     def to_play(self, iteration: int) -> list[int]:
@@ -161,11 +174,21 @@ class DesignerRewards:
         return list(dict.fromkeys(env_ids))
 
     def step(
-        self, designs: Sequence[Design], played: Sequence[PlayedEnv], iteration: int, *, last: bool = False
+        self,
+        designs: Sequence[Design],
+        played: Sequence[PlayedEnv],
+        iteration: int,
+        *,
+        last: bool = False,
+        gated: Collection[int] = (),
     ) -> list[DueReward]:
         """Hold this iteration's designs, add its plays to every window, and return what is due now
-        (everything still held when ``last``), with its reward."""
+        (everything still held when ``last``), with its reward. ``gated``: environment ids that a gate
+        refused on revalidation this iteration (the gaming gauge): their designs earn the validity floor."""
         self.hold(designs, played, iteration)
+        for held in self.held:
+            if held.valid and held.env_id in gated:
+                held.gated = True
         self.record(played, iteration)
         due = [h for h in self.held if last or iteration - h.iteration >= self.config.delay]
         self.held = [h for h in self.held if not (last or iteration - h.iteration >= self.config.delay)]
@@ -236,9 +259,11 @@ class DesignerRewards:
             if not held.valid:
                 out.append(DueReward(held, float(held.reward)))
                 continue
-            reward = window_designer_reward(
-                held.plays, held.regret, held.hint_return, config, baseline=baselines.get(held.skill, 0.0)
-            )
+            baseline = baselines.get(held.skill, 0.0)
+            win, regret_value = window_inputs(held.plays, held.regret, held.hint_return, config)
+            self.terms.append(designer_terms(win, regret_value, config, baseline=baseline))
+            self.gated_count += held.gated
+            reward = designer_reward(win, regret_value, config, baseline=baseline, gate=not held.gated)
             out.append(DueReward(held, reward))
         return out
 
@@ -257,6 +282,11 @@ class DesignerRewards:
         difference of mean returns) and as paid (``designer/regret_paid_mean``); with learning potential,
         its averages per skill (``designer/lp/<skill>/mu_fast``, ``mu_slow``)."""
         out: dict[str, float] = {}
+        if self.terms:  # every term, paid or not (rewards.designer_weights), and the gate
+            for name in DESIGNER_TERMS:
+                out[f"designer/term/{name}"] = sum(t[name] for t in self.terms) / len(self.terms)
+            out["designer/gated"] = float(self.gated_count)
+            self.terms, self.gated_count = [], 0
         if self.regrets:
             out["designer/regret_unfloored_mean"] = sum(r for r, _ in self.regrets) / len(self.regrets)
             out["designer/regret_paid_mean"] = sum(p for _, p in self.regrets) / len(self.regrets)
@@ -310,3 +340,50 @@ def cohorts_due_at_once(iterations: int, regenerate_every: int, delay: int) -> i
     first = max(1, iterations - delay)
     phases = sum(1 for t in range(first, iterations + 1) if (t - 1) % regenerate_every == 0)
     return max(1, phases)
+
+
+def add_designer_samples(
+    batch: TrainingBatch, due: Sequence[DueReward], config: RunConfig, first_group: int
+) -> None:
+    """The designer's samples of ``due`` rewards into ``batch``: masking, centring and scaling in one place.
+
+    1. masking: with ``rewards.mask_negative``, a negative reward (a timeout's penalty) is left out
+       (``batch.designer_masked``), as the reference masks negative blends;
+    2. centring: the rest, per design phase and ``loop.designer_group_by`` group (all of a phase's
+       designs, or one skill's), get ``reward - mean(group)`` (:func:`~spade_rl.rewards.centred_advantages`;
+       no division by the spread); a group without spread carries no signal and, with
+       ``loop.drop_zero_signal_groups``, no sample;
+    3. scaling: every advantage times :func:`~spade_rl.rewards.designer_scale` (1, or the reference's
+       ``min(N_agent / N_designer * regenerate_every, max_scale)``).
+
+    Groups are numbered from ``first_group`` on (after the agent's); a design without token ids (a backend
+    that gave none) is rewarded but makes no sample."""
+    rewards_config = config.rewards
+    rewarded = []
+    for held, reward in due:
+        if reward < 0 and rewards_config.mask_negative:
+            batch.designer_masked += 1
+            continue
+        rewarded.append((held, reward))
+    if rewarded:
+        batch.designer_reward_mean = sum(r for _, r in rewarded) / len(rewarded)
+    by_group: dict[tuple[int, str], list] = {}
+    for held, reward in rewarded:
+        # One design phase's designs are centred together (several fall due at once only in the last
+        # iteration of a delayed run), per skill or all of them.
+        key = "all" if config.loop.designer_group_by == "iteration" else held.skill
+        by_group.setdefault((held.iteration, key), []).append((held, reward))
+    designed = sum(1 for held, _ in rewarded if held.generation is not None)
+    scale = designer_scale(len(batch.agent), designed, config.loop.regenerate_every, rewards_config)
+    batch.designer_scale = scale
+    for offset, members in enumerate(by_group.values()):
+        advantages = centred_advantages([r for _, r in members])
+        batch.designer_groups += 1
+        if not advantages.has_signal:
+            batch.designer_zero_signal += 1
+            if config.loop.drop_zero_signal_groups:
+                continue
+        for (held, _), a in zip(members, advantages.advantages, strict=True):
+            if held.generation is not None:
+                group = first_group + offset
+                batch.designer.append(sample_from_generation(held.generation, a * scale, group))

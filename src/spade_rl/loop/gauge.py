@@ -13,7 +13,10 @@ run's configuration has it off) and seeds drawn anew. Metrics (``designer/`` nam
   designer is paid for something a gate catches (at the run's own gates, the luck of validation's
   seeds; with gates off, the class the gate closes).
 
-``loop.gaming_gauge = false`` turns it off (it costs one validation per won design, about a second).
+A design revalidation refuses is gated: the gate multiplies, so its designer reward is the validity floor
+(``rewards.designer_reward(gate=False)``, whenever it falls due), and it is flagged in the archive
+(``gate_on_revalidation``), so the pool and the memory never draw it again. ``loop.gaming_gauge = false``
+turns all of it off (it costs one validation per won design, about a second).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spade_rl.design.report import ValidationSettings
@@ -59,17 +63,30 @@ def won_designs(designs: Sequence[Design], played: Sequence[PlayedEnv]) -> list[
     return [d for d in designs if d.valid and not d.duplicate and d.env_id in won]
 
 
+FLAG_REASON = "gate_on_revalidation"  # the archive's flag of a design the gauge refused
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """One iteration's gauge: its metrics and the environment ids revalidation refused."""
+
+    metrics: dict[str, float | None]
+    refused: frozenset[int]
+
+
 def gaming_gauge(
     designs: Sequence[Design],
     played: Sequence[PlayedEnv],
     archive: Archive,
     executor: Executor,
     settings: ValidationSettings,
-) -> dict[str, float | None]:
-    """The gauge's metrics for one iteration (see the module docstring); ``settings`` is how the
-    iteration's designs were validated."""
+    iteration: int,
+) -> Gauge:
+    """The gauge of ``iteration`` (see the module docstring): its won designs validated again with every
+    gate on; those refused flagged in ``archive``. ``settings`` is how the iteration's designs were
+    validated."""
     won = won_designs(designs, played)
-    refused = 0
+    refused: set[int] = set()
     if won:
         requests = []
         for design in won:
@@ -78,10 +95,13 @@ def gaming_gauge(
         reports = executor.validate_many(requests, all_gates(settings))
         for design, report in zip(won, reports, strict=True):
             if not report.valid:
-                refused += 1
-                log.info("gaming gauge: design %d refused on revalidation: %s", design.env_id, report.reason)
-    return {
+                refused.add(design.env_id)
+                message = f"{report.reason}: {report.message}"[:1000]
+                archive.flag(design.env_id, iteration, FLAG_REASON, message)
+                log.info("gaming gauge: design %d refused on revalidation: %s", design.env_id, message)
+    metrics = {
         "designer/won_designs": float(len(won)),
-        "designer/gaming_refused": float(refused),
-        "designer/gaming_gauge": refused / len(won) if won else None,
+        "designer/gaming_refused": float(len(refused)),
+        "designer/gaming_gauge": len(refused) / len(won) if won else None,
     }
+    return Gauge(metrics, frozenset(refused))

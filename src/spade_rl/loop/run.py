@@ -51,10 +51,10 @@ from spade_rl.design.validate import play_kwargs
 from spade_rl.envs.external import external_sandbox_config
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
-from spade_rl.loop.delayed import STATE_FILE, DesignerRewards
+from spade_rl.loop.delayed import STATE_FILE, DesignerRewards, add_designer_samples
 from spade_rl.loop.designing import design_environments
 from spade_rl.loop.distributed import Processes
-from spade_rl.loop.gauge import gaming_gauge
+from spade_rl.loop.gauge import Gauge, gaming_gauge
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import retired_designs, seed_pool
 from spade_rl.loop.probe import make_probe
@@ -75,11 +75,11 @@ from spade_rl.loop.warmup import WarmupPlay, warm_up
 from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
-from spade_rl.rewards import centred_advantages, designer_scale, zscore_advantages
+from spade_rl.rewards import zscore_advantages
 from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import bad_turn_share, play_stats
-from spade_rl.train import sample_from_episode, sample_from_generation
+from spade_rl.train import sample_from_episode
 from spade_rl.train.samples import split_groups
 
 log = logging.getLogger(__name__)
@@ -190,13 +190,12 @@ class SelfPlay:
         flags = flag_changed(
             self.archive, played, i, self._probe(i), cfg.design_phase.validation.max_trivial_win_rate
         )
-        batch = self._batch(designs, played, i, self.designer_rewards)
-        # how many of the designs the agent won a gate would refuse on revalidation (loop/gauge.py)
-        gauge = (
-            gaming_gauge(designs, played, self.archive, self.executor, cfg.design_phase.question_validation)
-            if cfg.loop.gaming_gauge and designs
-            else {}
-        )
+        # the designs the agent won that a gate refuses on revalidation: counted, and paid the floor
+        gauge = Gauge({}, frozenset())
+        if cfg.loop.gaming_gauge and designs:
+            validation = cfg.design_phase.question_validation
+            gauge = gaming_gauge(designs, played, self.archive, self.executor, validation, i)
+        batch = self._batch(designs, played, i, self.designer_rewards, gauge.refused)
 
         # 6. the GRPO update of the shared policy: one optimiser step, or loop.update_epochs passes in steps
         # of loop.groups_per_step groups
@@ -210,7 +209,7 @@ class SelfPlay:
             **curriculum_metrics(designs, played, frontier),
             **play_counts,
             **format_metrics(played),
-            **gauge,
+            **gauge.metrics,
             **phase.metrics,
         }
         if cfg.loop.retire_after_plays:
@@ -370,6 +369,7 @@ class SelfPlay:
         played: list[PlayedEnv],
         iteration: int = 1,
         rewards: DesignerRewards | None = None,
+        gated: frozenset[int] = frozenset(),
     ) -> TrainingBatch:
         """Both roles' samples: the agent's no-hint episodes, one group per environment with z-scored
         returns; one reward per proposal that falls due (``rewards``: at once, or held for rewards.delay
@@ -389,42 +389,15 @@ class SelfPlay:
             usable = [(e, a) for e, a in zip(env.nohint, advantages.advantages, strict=True) if e.token_ids]
             batch.agent += [sample_from_episode(e, a, group) for e, a in usable]
 
-        rewards_config = cfg.rewards
         if rewards is None:  # nothing held from earlier iterations (a batch computed on its own)
-            rewards = DesignerRewards(rewards_config, cfg.loop.regenerate_every, cfg.design.invalid)
+            rewards = DesignerRewards(cfg.rewards, cfg.loop.regenerate_every, cfg.design.invalid)
         # one entry per environment: a design's probe and full group (or several pool draws) together
-        due = rewards.step(designs, merged_played(played), iteration, last=iteration == cfg.loop.iterations)
-        if rewards_config.delay > 0:
+        last = iteration == cfg.loop.iterations
+        due = rewards.step(designs, merged_played(played), iteration, last=last, gated=gated)
+        if cfg.rewards.delay > 0:
             batch.designer_held, batch.designer_rewarded = len(rewards.held), len(due)
         batch.designer_metrics = rewards.metrics()
-        rewarded = []
-        for held, reward in due:
-            if reward < 0 and rewards_config.mask_negative:
-                batch.designer_masked += 1
-                continue
-            rewarded.append((held, reward))
-        if rewarded:
-            batch.designer_reward_mean = sum(r for _, r in rewarded) / len(rewarded)
-        by_group: dict[tuple[int, str], list] = {}
-        for held, reward in rewarded:
-            # One design phase's designs are centred together (several fall due at once only in the last
-            # iteration of a delayed run), per skill or all of them.
-            key = "all" if cfg.loop.designer_group_by == "iteration" else held.skill
-            by_group.setdefault((held.iteration, key), []).append((held, reward))
-        designed = sum(1 for held, _ in rewarded if held.generation is not None)
-        scale = designer_scale(len(batch.agent), designed, cfg.loop.regenerate_every, rewards_config)
-        batch.designer_scale = scale
-        for offset, members in enumerate(by_group.values()):
-            advantages = centred_advantages([r for _, r in members])
-            batch.designer_groups += 1
-            if not advantages.has_signal:
-                batch.designer_zero_signal += 1
-                if drop:
-                    continue
-            for (held, _), a in zip(members, advantages.advantages, strict=True):
-                if held.generation is not None:
-                    group = len(played) + offset
-                    batch.designer.append(sample_from_generation(held.generation, a * scale, group))
+        add_designer_samples(batch, due, cfg, first_group=len(played))
         return batch
 
     def _update(self, batch: TrainingBatch, rng: random.Random | None = None) -> UpdateResult:
