@@ -219,18 +219,28 @@ def test_the_curriculum_experiment_scores_families_no_arm_trains_on():
     assert (loop.design_group_seeds, loop.pool_share, loop.hint_plays_for) == ("distinct", 0.5, "designs")
     assert (loop.probe_plays, loop.probe_min_wins, loop.retire_after_plays) == (4, 1, 8)
     assert dataclasses.replace(ablation, designer=spade.designer) == spade
-    # The remedy arm is the SPADE arm with the two validation caps, and nothing else
+    # The remedy arm is the SPADE arm with the two validation caps, and nothing else. (Since issue 56 the
+    # defaults carry both caps and the undetermined-answer check: a new run of the spade arm has them, at
+    # the defaults' common-answer cap; the committed runs of each arm were made at their commits, whose
+    # resolved settings their config.json keeps.)
     capped = spec.arm("spade-caps").config(0)
     validation = capped.design.validation
     assert (validation.max_common_answer_win_rate, validation.max_copy_win_rate) == (0.15, 0.75)
-    uncapped = dataclasses.replace(validation, max_common_answer_win_rate=None, max_copy_win_rate=None)
+    plain = spade.design.validation
+    uncapped = dataclasses.replace(
+        validation,
+        max_common_answer_win_rate=plain.max_common_answer_win_rate,
+        max_copy_win_rate=plain.max_copy_win_rate,
+    )
     assert (
         dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=uncapped)) == spade
     )
     # The next remedy arm is spade-caps with the undetermined-answer check, and nothing else
     strict = spec.arm("spade-undetermined").config(0)
     assert strict.design.validation.refuse_undetermined_answers is True
-    lenient = dataclasses.replace(strict.design.validation, refuse_undetermined_answers=False)
+    lenient = dataclasses.replace(
+        strict.design.validation, refuse_undetermined_answers=validation.refuse_undetermined_answers
+    )
     assert (
         dataclasses.replace(strict, design=dataclasses.replace(strict.design, validation=lenient)) == capped
     )
@@ -294,7 +304,10 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     )
     assert penalised.loop.format_penalty == 0.5
     capped = levers.arm("all-common-answer-cap").config(0)
-    validation = dataclasses.replace(capped.design.validation, max_common_answer_win_rate=None)
+    defaults = every.design.validation  # since issue 56 both caps are on by default (at 0.43 and 0.75)
+    validation = dataclasses.replace(
+        capped.design.validation, max_common_answer_win_rate=defaults.max_common_answer_win_rate
+    )
     assert (
         dataclasses.replace(capped, design=dataclasses.replace(capped.design, validation=validation)) == every
     )
@@ -303,7 +316,9 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     assert dataclasses.replace(anchored, train=dataclasses.replace(anchored.train, beta=0.0)) == every
     assert anchored.train.beta == 0.04
     copy_capped = levers.arm("all-copy-cap").config(0)
-    uncapped = dataclasses.replace(copy_capped.design.validation, max_copy_win_rate=None)
+    uncapped = dataclasses.replace(
+        copy_capped.design.validation, max_copy_win_rate=defaults.max_copy_win_rate
+    )
     design = dataclasses.replace(copy_capped.design, validation=uncapped)
     assert dataclasses.replace(copy_capped, design=design) == every
     assert copy_capped.design.validation.max_copy_win_rate == 0.75

@@ -4,11 +4,13 @@ loop plays, and a cache key of its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from spade_rl.corpus import Corpus
+from spade_rl.design.validate import ValidationSettings
 from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.warmup import (
     Candidate,
@@ -86,16 +88,20 @@ def test_the_prompts_state_the_attempts_and_the_key_holds_them():
 
 
 def test_candidates_that_validation_refuses_with_the_attempts_are_left_out():
+    """With three attempts a choice of three is refused (the known answers in turn win it); with one, these
+    questions, which do not say their answer ('Say a number.'), are refused as undetermined (on by default:
+    a wrong answer ends the episode, so two seeds' answers refute each other); with that check off, a
+    choice of three is the designer's reward's."""
     wide = candidate("Wide", "rng.randint(100, 999)")
     three = candidate("Three", "rng.choice([7, 8, 9])")
     kept, refused = playable_candidates([wide, three], THREE, PLAY, seed=0)
     assert kept == [wide] and refused == {"trivial_policy_wins": 1}
-    kept, refused = playable_candidates(
-        [wide, three], DesignPhaseConfig(form="question", question_attempts=1), PLAY, 0
-    )
-    assert (
-        kept == [wide, three] and refused == {}
-    )  # one attempt: a choice of three is the designer's reward's
+    one = DesignPhaseConfig(form="question", question_attempts=1)
+    kept, refused = playable_candidates([wide, three], one, PLAY, 0)
+    assert kept == [] and refused == {"undetermined_answer": 2}
+    loose = dataclasses.replace(one, validation=ValidationSettings(refuse_undetermined_answers=False))
+    kept, refused = playable_candidates([wide, three], loose, PLAY, 0)
+    assert kept == [wide, three] and refused == {}
 
 
 @pytest.mark.slow
