@@ -29,12 +29,12 @@ from pathlib import Path
 
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
+from spade_rl.designer.phase import design_environments
+from spade_rl.designer.warmup import warm_up, warmup_examples
 from spade_rl.envs import kits
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import load_config
-from spade_rl.loop.designing import design_environments
 from spade_rl.loop.pool import seed_pool
-from spade_rl.loop.warmup import warm_up, warmup_examples
 from spade_rl.policy import make_policy
 from spade_rl.rewards import regret
 from spade_rl.rollout import EpisodeSpec, run_episodes

@@ -5,7 +5,7 @@
 Validates, with the default ``ValidationSettings`` in one default ``Sandbox`` (as ``spade-rl envs
 validate`` and the design phase do): every reference environment, the valid design fixtures of
 ``tests/design/designs/``, and ``--synthetic`` designs of the warm-up's generator
-(``spade_rl.design.synthetic``, every game skill in turn, composed with the question kit as
+(``spade_rl.designer.synthetic``, every game skill in turn, composed with the question kit as
 the design phase composes them). Valid designs run every check, so they
 are what the battery costs at most; an invalid one stops at its first failed check. Prints, per
 group, the median and largest seconds per design, and the median seconds of each check (the
@@ -21,8 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from spade_rl.design.synthetic import FAMILIES, synthetic_design
 from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.designer.synthetic import FAMILIES, synthetic_design
 from spade_rl.envs import kits, reference
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

@@ -4,7 +4,7 @@
     python bench/warmup_grades.py --plays 8 warmup.candidates_per_design=2   # with any run override
     python bench/warmup_grades.py design.question_attempts=3 design.question_feedback=direction
 
-Draws the candidates the graded warm-up would draw (``spade_rl.loop.warmup.draw_candidates``: the levels
+Draws the candidates the graded warm-up would draw (``spade_rl.designer.warmup.draw_candidates``: the levels
 in turn), plays each ``--plays`` times without the hint at distinct seeds with the run's policy as the
 run's agent plays (its rollout settings, in its sandbox), before any training, and prints per level the
 mean win rate and how many candidates fall in each band (never won, too hard, at the frontier, too easy),
@@ -22,9 +22,8 @@ import time
 from collections import Counter, defaultdict
 
 from spade_rl.corpus import Corpus
-from spade_rl.design.synthetic import LEVELS
-from spade_rl.loop.config import load_config
-from spade_rl.loop.warmup import (
+from spade_rl.designer.synthetic import LEVELS
+from spade_rl.designer.warmup import (
     BANDS,
     WarmupPlay,
     band_of,
@@ -33,6 +32,7 @@ from spade_rl.loop.warmup import (
     playable_candidates,
     select_graded,
 )
+from spade_rl.loop.config import load_config
 from spade_rl.policy import make_policy
 
 

@@ -29,8 +29,8 @@ def one(activation_tokens: int, steps: int) -> dict:
     import torch
 
     from spade_rl.corpus import Corpus
+    from spade_rl.designer.warmup import _train, warmup_examples
     from spade_rl.loop.config import load_config
-    from spade_rl.loop.warmup import _train, warmup_examples
     from spade_rl.memory import PhasePeak, peak_resident_mib, release_unused_memory
     from spade_rl.policy import make_policy
 

@@ -37,7 +37,7 @@ def designer_output(source: str) -> str:
 
 # The designer answers of these tests are scripted whole modules, with no warm-up, and the parity game
 # counts every character the model writes (no forced opening): the "question" form, the warm-up and
-# the answer-first turns of the CPU default have their own tests (tests/loop/test_warmup.py).
+# the answer-first turns of the CPU default have their own tests (tests/designer/test_warmup.py).
 SCRIPTED = [
     "design.form='module'",
     "design.validation.trivial_seeds=0",

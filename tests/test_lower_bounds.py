@@ -43,7 +43,7 @@ def test_a_range_without_one_lower_bound_is_refused(tool, tmp_path: Path) -> Non
 
 def test_the_tests_it_names_exist(tool) -> None:
     paths = tool.selected_tests()
-    assert "tests/policy" in paths and "tests/train" in paths and "tests/loop/test_warmup.py" in paths
+    assert "tests/policy" in paths and "tests/train" in paths and "tests/designer/test_warmup.py" in paths
     assert tool.selected_tests(tool.TRL_TESTS) == list(tool.TRL_TESTS)
     with pytest.raises(SystemExit, match=r"tests/no_such_test\.py names no test"):
         tool.selected_tests(("tests/policy", "tests/no_such_test.py"))

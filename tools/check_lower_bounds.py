@@ -47,7 +47,7 @@ LIBRARIES = ("transformers", "accelerate")
 TESTS = (
     "tests/policy",
     "tests/train",
-    "tests/loop/test_warmup*.py",
+    "tests/designer/test_warmup*.py",
     "tests/loop/test_selfplay.py",
     "tests/loop/test_overfit.py",  # the update alone drives a game to winning
 )

@@ -17,7 +17,7 @@ first term is not 0 for a design won once in eight plays (0.44) where the platea
 validation get a fixed penalty (0 when invalid, -0.5 on timeout). Designer advantages are centred within
 their group (one prompt group or one skill). With a delay (``DesignerRewardConfig.delay``, the reference's
 ``--spade-proposer-training-delay``) a design is rewarded from the plays of its delay window:
-:func:`window_designer_reward` (the holding of designs is ``spade_rl.loop.delayed``'s).
+:func:`window_designer_reward` (the holding of designs is ``spade_rl.designer.reward``'s).
 
 A group whose rewards are all equal carries no signal for GRPO: :func:`zscore_advantages` and
 :func:`centred_advantages` report it (``has_signal``) so that callers can count such groups and drop
@@ -151,7 +151,7 @@ class DesignerRewardConfig:
     # its token ids, until D further iterations have played its environment, then rewarded from that window
     # (window_designer_reward) and trained in that iteration's update, as the reference trains its proposer
     # (spade/slime/spade_rollout.py, --spade-proposer-training-delay: 4 in cmd/games/train_spade_4b.sh, 8 in
-    # cmd/tool_use/_train_spade_blend.sh). spade_rl.loop.delayed holds the designs.
+    # cmd/tool_use/_train_spade_blend.sh). spade_rl.designer.reward holds the designs.
     delay: int = 0
     # The learning-potential mode's per-skill moving averages, mu <- (1 - g) * mu + g * r
     # (spade/core/learning_potential.py; --spade-gamma1 0.98, --spade-gamma2 0.85 in both paper scripts).

@@ -19,8 +19,8 @@ import pytest
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
 from spade_rl.envs import reference
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.loop.pool import seed_reference_environments
 from spade_rl.policy import FakePolicy
 from spade_rl.sandbox import Sandbox, SandboxConfig

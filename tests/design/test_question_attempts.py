@@ -12,10 +12,10 @@ from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.design.parse import parse_question_design
-from spade_rl.design.prompts import ShownExample, edit_chat, question_designer_chat
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
+from spade_rl.designer.prompts import ShownExample, edit_chat, question_designer_chat
 from spade_rl.envs import kits
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

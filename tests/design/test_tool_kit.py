@@ -13,9 +13,9 @@ from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.design.parse import parse_kit_design
-from spade_rl.design.prompts import TOOL_KIT_PREFIX, TOOL_TASK_TYPES, tool_kit_designer_chat
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
+from spade_rl.designer.prompts import TOOL_KIT_PREFIX, TOOL_TASK_TYPES, tool_kit_designer_chat
 from spade_rl.envs import kits
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.policy import FakePolicy, default_tokenizer
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

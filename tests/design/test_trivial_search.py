@@ -24,8 +24,8 @@ from spade_rl.design.answer_space import (
     undeserved,
     wrap_like,
 )
-from spade_rl.design.synthetic import FAMILIES, synthetic_design
 from spade_rl.design.validate import ValidationSettings, validate_source
+from spade_rl.designer.synthetic import FAMILIES, synthetic_design
 from spade_rl.envs import external, kits, reference
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

@@ -14,9 +14,9 @@ from spade_rl.configdata import ConfigError
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.design.llm_validator import LLMValidatorSettings, Verdict, parse_verdict, validator_chat
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
 from spade_rl.envs import kits
 from spade_rl.loop.config import load_config
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.policy import FakePolicy
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

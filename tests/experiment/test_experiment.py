@@ -413,7 +413,8 @@ def test_the_start_evaluated_on_its_own_is_the_warmed_up_model(tmp_path, monkeyp
 
     monkeypatch.setattr("spade_rl.policy.make_policy", lambda config: calls.append("make") or Policy())
     monkeypatch.setattr(
-        "spade_rl.loop.warmup.warm_up", lambda policy, *args: calls.append(("warm_up", type(policy).__name__))
+        "spade_rl.designer.warmup.warm_up",
+        lambda policy, *args: calls.append(("warm_up", type(policy).__name__)),
     )
     monkeypatch.setattr(
         "spade_rl.loop.run.evaluate_policy", lambda *args: calls.append("evaluate") or "result"

@@ -18,8 +18,8 @@ from fixture_envs import scripted_roles
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import ValidationSettings
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.loop.run import SelfPlay, frozen_copy
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy

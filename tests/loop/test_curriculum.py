@@ -14,9 +14,9 @@ from spade_rl.archive import Archive, PlayStats
 from spade_rl.archive.sampling import draw_pool, retired, weighted_sample
 from spade_rl.design.parse import Parsed
 from spade_rl.design.validate import ValidationReport
+from spade_rl.designer.reward import DesignerRewards
 from spade_rl.envs import reference
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.delayed import DesignerRewards
 from spade_rl.loop.pool import retired_designs
 from spade_rl.loop.run import SelfPlay
 from spade_rl.loop.stages import Design, PlayedEnv, Proposal, curriculum_metrics, format_metrics

@@ -11,9 +11,9 @@ from fixture_envs import PARITY, designer_output
 from spade_rl.archive import Archive, PlayStats
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import ValidationSettings
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments, frontier_entries
 from spade_rl.envs import kits
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments, frontier_entries
 from spade_rl.policy import FakePolicy
 from spade_rl.sandbox import Sandbox, SandboxConfig
 

@@ -23,8 +23,8 @@ from chat_templates import (
 from spade_rl.archive import Archive
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings
+from spade_rl.designer.phase import DesignPhaseConfig, design_environments
 from spade_rl.envs import reference
-from spade_rl.loop.designing import DesignPhaseConfig, design_environments
 from spade_rl.policy import FakePolicy, PolicyError, tiny_random_model
 from spade_rl.policy.thinking import strip_thinking
 from spade_rl.policy.transformers_backend import TransformersPolicy

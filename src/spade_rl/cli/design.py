@@ -44,11 +44,11 @@ def design(
 
     from spade_rl.archive import Archive
     from spade_rl.corpus import Corpus, CorpusConfig, CorpusError
-    from spade_rl.design.prompts import PromptConfig
+    from spade_rl.designer.phase import DesignPhaseConfig, design_environments
+    from spade_rl.designer.prompts import PromptConfig
+    from spade_rl.designer.warmup import WarmupError, warm_up
     from spade_rl.loop.config import load_config
-    from spade_rl.loop.designing import DesignPhaseConfig, design_environments
     from spade_rl.loop.pool import seed_reference_environments
-    from spade_rl.loop.warmup import WarmupError, warm_up
     from spade_rl.policy import FakePolicy, PolicyConfig, PolicyError, make_policy
 
     try:

@@ -65,7 +65,7 @@ def _iteration_line(m: dict) -> str:
         value = m.get(key)
         return "-" if value is None else format(value, spec)
 
-    # the gaming gauge (loop/gauge.py): won designs a gate refuses on revalidation, of those won
+    # the gaming gauge (designer/gauge.py): won designs a gate refuses on revalidation, of those won
     won = m.get("designer/won_designs")
     gamed = f"  gamed {m.get('designer/gaming_refused', 0):.0f}/{won:.0f}" if won is not None else ""
 

@@ -101,8 +101,8 @@ def evaluate_start(config: RunConfig, experiment: Experiment):
     """The starting model evaluated on its own (when the arm that needs it has already trained): the
     policy as the run builds it before its first iteration, warm-up included (from its cache)."""
     from spade_rl.corpus import Corpus
+    from spade_rl.designer.warmup import warm_up
     from spade_rl.loop.run import evaluate_policy
-    from spade_rl.loop.warmup import warm_up
     from spade_rl.policy import make_policy
     from spade_rl.sandbox import Sandbox
 

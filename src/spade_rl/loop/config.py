@@ -42,17 +42,17 @@ from spade_rl.configdata import (
 )
 from spade_rl.corpus import CorpusConfig
 from spade_rl.design.validate import ValidationSettings
+from spade_rl.designer.phase import DesignPhaseConfig
+from spade_rl.designer.reward import cohorts_due_at_once
+from spade_rl.designer.warmup import WarmupConfig
 from spade_rl.evaluate.config import EvalConfig
 from spade_rl.executor.config import ExecutorConfig
-from spade_rl.loop.delayed import cohorts_due_at_once
-from spade_rl.loop.designing import DesignPhaseConfig
 from spade_rl.loop.profiles import DEFAULT_PROFILE, PROFILES, profile_data
 from spade_rl.loop.sections import (
     DesignerConfig,
     LoopConfig,
     PoolConfig,
 )
-from spade_rl.loop.warmup import WarmupConfig
 from spade_rl.policy import PolicyConfig
 from spade_rl.rewards import DesignerRewardConfig
 from spade_rl.rollout import RolloutConfig
@@ -241,7 +241,7 @@ class RunConfig:
                 f"({processes} processes): set warmup.designs = 0"
             )
         designer_blocks = 1 if loop.designer_group_by == "iteration" else loop.designs_per_iteration
-        # With a delayed reward the last iteration trains every design phase still held (loop/delayed.py).
+        # With a delayed reward the last iteration trains every design phase still held (designer/reward.py).
         phases = cohorts_due_at_once(loop.iterations, loop.regenerate_every, self.rewards.delay)
         designer_blocks *= phases
         if not self.designer.trains:

@@ -16,7 +16,7 @@ One iteration (``SelfPlay.iteration``), top to bottom as in SPADE.md:
    no-hint episodes are training samples); the designer's regret-and-plateau reward per valid design,
    a fixed penalty per invalid one, centred within the iteration (or skill). With ``rewards.delay = D``
    a design phase's designs are held until ``D`` iterations later, their environments played first
-   meanwhile, and rewarded from that window (loop/delayed.py).
+   meanwhile, and rewarded from that window (designer/reward.py).
 6. **Update**: one GRPO step of the shared policy on the designer and agent samples together.
 7. **Remember**: play statistics per environment and iteration go into the archive, which feeds
    the next iteration's memory and pool.
@@ -48,13 +48,14 @@ from spade_rl.archive import Archive
 from spade_rl.archive.sampling import draw_pool
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import play_kwargs
+from spade_rl.designer.gauge import Gauge, gaming_gauge
+from spade_rl.designer.phase import design_environments
+from spade_rl.designer.reward import STATE_FILE, DesignerRewards, add_designer_samples
+from spade_rl.designer.warmup import WarmupPlay, warm_up
 from spade_rl.envs.external import external_sandbox_config
 from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
-from spade_rl.loop.delayed import STATE_FILE, DesignerRewards, add_designer_samples
-from spade_rl.loop.designing import design_environments
 from spade_rl.loop.distributed import Processes
-from spade_rl.loop.gauge import Gauge, gaming_gauge
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
 from spade_rl.loop.pool import retired_designs, seed_pool
 from spade_rl.loop.probe import make_probe
@@ -71,7 +72,7 @@ from spade_rl.loop.stages import (
     iteration_metrics,
     merged_played,
 )
-from spade_rl.loop.warmup import WarmupPlay, warm_up
+from spade_rl.loop.updating import combine_step_metrics, plan_steps
 from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
@@ -80,7 +81,6 @@ from spade_rl.rollout import EpisodeSpec, run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import bad_turn_share, play_stats
 from spade_rl.train import sample_from_episode
-from spade_rl.train.samples import split_groups
 
 log = logging.getLogger(__name__)
 
@@ -501,56 +501,6 @@ class SelfPlay:
         log.info(
             "resuming %s after iteration %d (%d partial environments discarded)", self.run_dir, done, removed
         )
-
-
-# Per-step counts that add up over an iteration's steps (combine_step_metrics); the rest are averaged.
-_SUMMED_METRICS = (
-    "time/train_s",
-    "train/passes",
-    "train/no_logprobs",
-    "train/certain_samples",
-    "train/truncated_samples",
-)
-
-
-def plan_steps(samples: list, groups_per_step: int, epochs: int, rng: random.Random) -> list[list]:
-    """The optimiser steps of one iteration's samples: ``epochs`` passes over its groups (consecutive runs
-    of one ``Sample.group``), each cut into steps of at most ``groups_per_step`` whole groups (0: all in
-    one step). The first pass keeps the batch's order; every later one is shuffled with ``rng``.
-
-    3 groups a, b, c with groups_per_step 2 and 2 epochs: [[a, b], [c], <a shuffled pass>, ...]."""
-    groups = split_groups(samples)
-    size = groups_per_step or len(groups)
-    steps = []
-    for epoch in range(epochs):
-        order = list(groups)
-        if epoch:
-            rng.shuffle(order)
-        for start in range(0, len(order), size):
-            steps.append([s for group in order[start : start + size] for s in group])
-    return steps
-
-
-def combine_step_metrics(per_step: list[dict]) -> dict:
-    """The metrics of an iteration's optimiser steps as one line: with one step, its own; with several,
-    counts (rows, samples and tokens trained, seconds) summed over the steps, every other number averaged,
-    the last ``train/step`` (and ``train/steps``: how many), and ``train/loss_first`` / ``train/loss_last``
-    (the loss of the first and the last step)."""
-    if len(per_step) == 1:
-        return per_step[0]
-    keys = dict.fromkeys(k for m in per_step for k in m)
-    combined: dict = {}
-    for key in keys:
-        values = [m[key] for m in per_step if isinstance(m.get(key), int | float)]
-        if values:
-            summed = key in _SUMMED_METRICS or key.endswith(("/samples", "/model_tokens"))
-            combined[key] = sum(values) if summed else sum(values) / len(values)
-    combined["train/step"] = per_step[-1].get("train/step", float(len(per_step)))
-    combined["train/steps"] = float(len(per_step))
-    if "train/loss" in per_step[0] and "train/loss" in per_step[-1]:
-        combined["train/loss_first"] = per_step[0]["train/loss"]
-        combined["train/loss_last"] = per_step[-1]["train/loss"]
-    return combined
 
 
 def evaluate_policy(policy: Policy, sandbox: Sandbox, config: EvalConfig, model: str, backend: str):

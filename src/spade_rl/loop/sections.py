@@ -77,9 +77,9 @@ class LoopConfig:
     update_epochs: int = 1
     checkpoint_every: int = 1
     transcripts_per_iteration: int = 2
-    # The gaming gauge (loop/gauge.py): each iteration's new designs that the agent won are validated again
-    # with every gate on; the share refused is designer/gaming_gauge. False: not measured (it costs one
-    # validation, about a second, per won design).
+    # The gaming gauge (designer/gauge.py): each iteration's new designs that the agent won are validated
+    # again with every gate on; the share refused is designer/gaming_gauge. False: not measured (it costs
+    # one validation, about a second, per won design).
     gaming_gauge: bool = True
 
     @property

@@ -1,6 +1,6 @@
 """The stages of one iteration as data: what each step of ``SelfPlay.iteration`` hands to the next.
 
-    Proposal      what the designer was asked and wrote, parsed        (loop/designing.py)
+    Proposal      what the designer was asked and wrote, parsed        (designer/phase.py)
       -> Design   the proposal with its verdict and its archive id     (design/validate.py, the archive)
       -> PlayedEnv  one environment's episodes with and without the hint, and their PlayStats (rollout.py)
       -> TrainingBatch  the samples of both roles with their advantages (rewards.py, train/samples.py)

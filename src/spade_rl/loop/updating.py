@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ from spade_rl.loop.config import ConfigError, RunConfig
 from spade_rl.policy import Policy, PolicyError
 from spade_rl.policy.weight_sync import TensorSpec, WeightSync, make_weight_sync
 from spade_rl.train.base import BaseLearner
+from spade_rl.train.samples import split_groups
 
 if TYPE_CHECKING:
     from spade_rl.train import Learner, Sample
@@ -238,3 +240,53 @@ def _check_same_tokenizer(trainer: Any, serving: Any, model: str | None) -> None
             f"{trainer.eos_token_id}), the servers' prompts are rendered with one of {len(serving)} (end "
             f"{serving.eos_token_id}): policy.model must be the model the servers serve"
         )
+
+
+# Per-step counts that add up over an iteration's steps (combine_step_metrics); the rest are averaged.
+_SUMMED_METRICS = (
+    "time/train_s",
+    "train/passes",
+    "train/no_logprobs",
+    "train/certain_samples",
+    "train/truncated_samples",
+)
+
+
+def plan_steps(samples: list, groups_per_step: int, epochs: int, rng: random.Random) -> list[list]:
+    """The optimiser steps of one iteration's samples: ``epochs`` passes over its groups (consecutive runs
+    of one ``Sample.group``), each cut into steps of at most ``groups_per_step`` whole groups (0: all in
+    one step). The first pass keeps the batch's order; every later one is shuffled with ``rng``.
+
+    3 groups a, b, c with groups_per_step 2 and 2 epochs: [[a, b], [c], <a shuffled pass>, ...]."""
+    groups = split_groups(samples)
+    size = groups_per_step or len(groups)
+    steps = []
+    for epoch in range(epochs):
+        order = list(groups)
+        if epoch:
+            rng.shuffle(order)
+        for start in range(0, len(order), size):
+            steps.append([s for group in order[start : start + size] for s in group])
+    return steps
+
+
+def combine_step_metrics(per_step: list[dict]) -> dict:
+    """The metrics of an iteration's optimiser steps as one line: with one step, its own; with several,
+    counts (rows, samples and tokens trained, seconds) summed over the steps, every other number averaged,
+    the last ``train/step`` (and ``train/steps``: how many), and ``train/loss_first`` / ``train/loss_last``
+    (the loss of the first and the last step)."""
+    if len(per_step) == 1:
+        return per_step[0]
+    keys = dict.fromkeys(k for m in per_step for k in m)
+    combined: dict = {}
+    for key in keys:
+        values = [m[key] for m in per_step if isinstance(m.get(key), int | float)]
+        if values:
+            summed = key in _SUMMED_METRICS or key.endswith(("/samples", "/model_tokens"))
+            combined[key] = sum(values) if summed else sum(values) / len(values)
+    combined["train/step"] = per_step[-1].get("train/step", float(len(per_step)))
+    combined["train/steps"] = float(len(per_step))
+    if "train/loss" in per_step[0] and "train/loss" in per_step[-1]:
+        combined["train/loss_first"] = per_step[0]["train/loss"]
+        combined["train/loss_last"] = per_step[-1]["train/loss"]
+    return combined

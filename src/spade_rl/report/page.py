@@ -400,7 +400,7 @@ def _iteration_table(data: RunData) -> str:
 
 
 def _gamed(r: IterationRow) -> str:
-    """The gaming gauge (loop/gauge.py): won designs a gate refuses on revalidation, of those won; "-"
+    """The gaming gauge (designer/gauge.py): won designs a gate refuses on revalidation, of those won; "-"
     where it was not measured. Above 0 it is marked: the designer is paid for what a gate catches."""
     won, refused = r.metric("designer/won_designs"), r.metric("designer/gaming_refused")
     if won is None or refused is None:

@@ -11,8 +11,8 @@ import pytest
 
 from spade_rl.corpus import Corpus
 from spade_rl.design.validate import ValidationSettings
-from spade_rl.loop.designing import DesignPhaseConfig
-from spade_rl.loop.warmup import (
+from spade_rl.designer.phase import DesignPhaseConfig
+from spade_rl.designer.warmup import (
     Candidate,
     WarmupConfig,
     WarmupPlay,
@@ -120,7 +120,7 @@ def test_a_graded_warm_up_with_attempts_end_to_end_with_a_tiny_model(tmp_path, m
 
 
 def test_the_unmeasured_warm_up_teaches_only_what_validation_accepts():
-    from spade_rl.loop.warmup import _examples
+    from spade_rl.designer.warmup import _examples
 
     examples, refused = _examples(WarmupConfig(designs=4), THREE, Corpus.from_config(), PLAY)
     assert len(examples) == 4 and refused  # seeded: some drawn designs refused, the draws went on

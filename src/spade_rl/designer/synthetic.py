@@ -3,7 +3,7 @@
     code, hint = synthetic_design(random.Random(0), "math", "Honey bees visit flowers ...")
 
 A small model cannot write a valid environment by prompting alone (measured: 0 of 32 with
-SmolLM2-135M, in either form). The warm-up (:mod:`spade_rl.loop.warmup`) first teaches it the form on
+SmolLM2-135M, in either form). The warm-up (:mod:`spade_rl.designer.warmup`) first teaches it the form on
 designs written here: for each of the six game skills a few task families (a sum, a product, a
 sequence, an ordering, a walk, a cheapest choice, a rate over time, ...), each instantiated with
 words taken from the grounding document (as the nouns of the question, the variables and the class

@@ -10,11 +10,10 @@ import pytest
 
 from spade_rl.corpus import Corpus
 from spade_rl.design.parse import parse_question_design
-from spade_rl.design.prompts import QUESTION_PREFIX
-from spade_rl.design.synthetic import LEVELS, synthetic_design
-from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.designing import DesignPhaseConfig
-from spade_rl.loop.warmup import (
+from spade_rl.designer.phase import DesignPhaseConfig
+from spade_rl.designer.prompts import QUESTION_PREFIX
+from spade_rl.designer.synthetic import LEVELS, synthetic_design
+from spade_rl.designer.warmup import (
     Candidate,
     WarmupConfig,
     WarmupError,
@@ -28,6 +27,7 @@ from spade_rl.loop.warmup import (
     select_graded,
     warm_up,
 )
+from spade_rl.loop.config import ConfigError, load_config
 from spade_rl.policy import FakePolicy, default_tokenizer, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.rollout import RolloutConfig

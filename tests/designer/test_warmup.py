@@ -10,11 +10,11 @@ import torch
 from spade_rl.corpus import Corpus
 from spade_rl.design import ValidationSettings, validate_source
 from spade_rl.design.parse import parse_question_design
-from spade_rl.design.prompts import QUESTION_PREFIX
-from spade_rl.design.synthetic import FAMILIES, LEVELS, document_words, synthetic_design
+from spade_rl.designer.phase import DesignPhaseConfig
+from spade_rl.designer.prompts import QUESTION_PREFIX
+from spade_rl.designer.synthetic import FAMILIES, LEVELS, document_words, synthetic_design
+from spade_rl.designer.warmup import WarmupConfig, WarmupError, warm_up, warmup_examples
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.designing import DesignPhaseConfig
-from spade_rl.loop.warmup import WarmupConfig, WarmupError, warm_up, warmup_examples
 from spade_rl.policy import FakePolicy, tiny_random_model
 from spade_rl.policy.transformers_backend import TransformersPolicy
 from spade_rl.sandbox import Sandbox, SandboxConfig
@@ -154,7 +154,7 @@ def test_recomputed_activations_give_the_same_warm_up(monkeypatch):
     """warmup.activation_tokens: rows longer than it recompute a share of their layers' activations in
     the backward pass (graduated by length); the warmed-up weights are those of holding them all, the
     model is handed back without checkpointing, and the cache key does not change."""
-    from spade_rl.loop.warmup import _train, cache_key
+    from spade_rl.designer.warmup import _train, cache_key
     from spade_rl.train import learner as learner_module
     from spade_rl.train.learner import checkpointed_layers
 

@@ -1,4 +1,4 @@
-"""The gaming gauge (loop/gauge.py): the share of an iteration's won designs that revalidation with every
+"""The gaming gauge (designer/gauge.py): the share of an iteration's won designs that revalidation with every
 gate on refuses. A real sandbox; designs as the design phase records them."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from spade_rl.archive import Archive, ArchiveConfig
 from spade_rl.design.parse import Parsed
 from spade_rl.design.validate import ValidationReport, ValidationSettings
+from spade_rl.designer.gauge import all_gates, gaming_gauge, won_designs
 from spade_rl.executor import LocalExecutor
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.gauge import all_gates, gaming_gauge, won_designs
 from spade_rl.loop.stages import Design, PlayedEnv, Proposal
 from spade_rl.policy import Generation
 from spade_rl.rollout import Episode, EpisodeSpec, Turn
@@ -91,7 +91,7 @@ def test_the_gauge_counts_won_designs_a_gate_refuses_and_flags_them(tmp_path):
 def test_a_gated_design_earns_the_validity_floor_and_every_term_is_logged():
     """The gate multiplies: a design the gauge refused is paid the progress bonus alone, whatever its play;
     every term is logged, paid or not (learnability, weight 0 in the blend, too)."""
-    from spade_rl.loop.delayed import DesignerRewards
+    from spade_rl.designer.reward import DesignerRewards
     from spade_rl.rewards import DESIGNER_TERMS, DesignerRewardConfig, designer_reward
 
     config = DesignerRewardConfig(regret_confidence=0.0, progress_bonus=0.1)

@@ -465,10 +465,10 @@ def __getattr__(name: str):
         import warnings
 
         warnings.warn(
-            "spade_rl.design.prompts.MemoryExample is deprecated: it is called ShownExample now "
+            "spade_rl.designer.prompts.MemoryExample is deprecated: it is called ShownExample now "
             "(spade_rl.archive.MemoryExample is the archive's own)",
             FutureWarning,
             stacklevel=2,
         )
         return ShownExample
-    raise AttributeError(f"module 'spade_rl.design.prompts' has no attribute {name!r}")
+    raise AttributeError(f"module 'spade_rl.designer.prompts' has no attribute {name!r}")

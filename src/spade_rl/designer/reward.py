@@ -85,7 +85,7 @@ class HeldDesign:
     regret: float = 0.0  # valid: the regret of its own iteration's play
     hint_return: float = 0.0  # valid: the mean hint return of that play
     plays: list[WindowPlay] = field(default_factory=list)
-    # valid, but a gate refused it on revalidation (the gaming gauge, loop/gauge.py): paid the validity floor
+    # valid, but a gate refused it on revalidation (the gaming gauge, designer/gauge.py): paid the floor
     gated: bool = False
 
     def in_window(self, iteration: int, regenerate_every: int, delay: int) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spade_rl.design.prompts import (
+from spade_rl.designer.prompts import (
     PromptConfig,
     ShownExample,
     designer_chat,

@@ -1,4 +1,4 @@
-"""The designer's delayed reward (rewards.delay, loop/delayed.py) as the reference trains its proposer
+"""The designer's delayed reward (rewards.delay, designer/reward.py) as the reference trains its proposer
 (spade-rl/spade, spade/slime/spade_rollout.py, --spade-proposer-training-delay): designs held with their
 token ids until D iterations later, their environments played first meanwhile, rewarded from the window;
 the learning-potential averages; checkpoints. Hand-computed numbers; the last test runs the loop."""
@@ -14,8 +14,8 @@ import pytest
 
 from spade_rl.design.parse import Parsed
 from spade_rl.design.validate import ValidationReport
+from spade_rl.designer.reward import STATE_FILE, DesignerRewards, cohorts_due_at_once
 from spade_rl.loop.config import ConfigError, load_config
-from spade_rl.loop.delayed import STATE_FILE, DesignerRewards, cohorts_due_at_once
 from spade_rl.loop.run import SelfPlay
 from spade_rl.loop.stages import Design, PlayedEnv, Proposal, UpdateResult, iteration_metrics
 from spade_rl.policy import Generation

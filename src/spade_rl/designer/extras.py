@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spade_rl.design.llm_validator import parse_verdict, validator_chat
-from spade_rl.design.prompts import repair_chat
+from spade_rl.designer.prompts import repair_chat
 from spade_rl.envs import kits
 from spade_rl.loop.stages import Design
 from spade_rl.policy import Policy, SamplingSettings
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from spade_rl.archive import Archive
     from spade_rl.design.parse import Parsed
     from spade_rl.design.validate import ValidationReport
+    from spade_rl.designer.phase import DesignPhaseConfig
     from spade_rl.executor import Executor
-    from spade_rl.loop.designing import DesignPhaseConfig
     from spade_rl.sandbox import Sandbox
 
 # designing._attempt: (policy, archive, executor, config, rng, iteration, plans, thinking, attempt, repair)
