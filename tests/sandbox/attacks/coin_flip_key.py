@@ -7,8 +7,8 @@ Stopped: one answer wins more than ``max_common_answer_win_rate`` of the seeds
 
 import random
 
-# Refused at every seed but by the luck of the draw (2 of 3 seeds' answers are "2" about half the time, a
-# binomial over 256 seeds: passed about 1.3% of the time): the suite replays one validation, from this seed.
+# Its refusal is statistical: "2" is right at about half the seeds, and at the cap of 0.43 over 256 seeds a
+# validation passes it about 1.3% of the time. The suite replays one validation, from this seed.
 VALIDATION_SEED = 1
 
 THINGS = ("apples", "coins", "stones", "cards", "shells", "beads")
