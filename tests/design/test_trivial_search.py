@@ -388,7 +388,14 @@ def test_copy_places_are_the_first_numbers_and_words():
     assert (
         len([p for p in many if p.startswith("word ") and not p.endswith("from the end")]) == COPY_POSITIONS
     )
-    assert len([p for p in many if p.endswith("from the end")]) == 2 * COPY_POSITIONS
+    numbers = copies(" ".join(f"w{k} {k}" for k in range(40)))
+    assert (
+        len([p for p in numbers if p.startswith("number ") and p.endswith("from the end")]) == COPY_POSITIONS
+    )
+    assert [p for p in many if p.startswith("word ") and p.endswith("from the end")] == [
+        "word 1 from the end",
+        "word 2 from the end",
+    ]  # only the last two words: a repeating pattern holds its next word at a fixed distance back
 
 
 def test_the_copy_cap_is_checked():

@@ -57,7 +57,9 @@ def test_examples_are_the_design_phase_prompt_and_a_closed_block():
 @pytest.mark.slow
 def test_warm_up_trains_the_model_and_is_found_in_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPADE_RL_CACHE", str(tmp_path / "cache"))
-    config = WarmupConfig(designs=4, epochs=1, batch_size=2, learning_rate=1e-3)
+    # one batch of the 4 designs, 3 steps on it: the last step's loss is on the data of the first (with two
+    # batches, the first and last losses were of different designs, and the comparison the luck of the draw)
+    config = WarmupConfig(designs=4, epochs=3, batch_size=4, learning_rate=1e-3)
     design = DesignPhaseConfig(form="question")
     model, tokenizer = tiny_random_model(seed=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}

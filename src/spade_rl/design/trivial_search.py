@@ -29,10 +29,10 @@ What is played (the answer space comes from :mod:`spade_rl.design.answer_space`)
   first observation at every seed, its k-th number or its k-th word; a place that holds the seed's
   answer at more than that share of the trivial seeds is played, and may win at most that share
   (``trivial_policy_wins``; over it at the trivial seeds, ``trivial_confirm_seeds`` more decide);
-- with ``refuse_undetermined_answers`` set, the undetermined answer (``undetermined``): two seeds that
-  show the same first observation but whose solutions begin differently each play the other's first
-  action; when both episodes end there, unwon, nothing the agent can see tells the seeds apart and no
-  first action wins both (``undetermined_answer``): the answer is drawn, not asked;
+- with ``refuse_undetermined_answers`` set, the undetermined answer (:mod:`spade_rl.design.undetermined`):
+  two seeds that show the same first observation but whose solutions begin differently each play the
+  other's first action; when both episodes end there, unwon, nothing the agent can see tells the seeds
+  apart and no first action wins both (``undetermined_answer``): the answer is drawn, not asked;
 - where the environment is played with several answers (the constructor argument ``attempts`` > 1: the
   question kit's ``design.question_attempts``), the known answers in turn: at every trivial seed, the
   most common answers of other seeds' solutions (the answer seeds', else the other trivial seeds'), most
@@ -89,6 +89,7 @@ IN_WORDS = ("repeat ", "random answers")
 COPY_POSITIONS = (
     16  # the copy policies answer one of the first (or last) 16 numbers or words of the first observation
 )
+COPY_WORDS_FROM_END = 2  # the copy policies answer one of the last 2 words (see copies)
 COPY_SCAN = 1024  # numbers and words read of a first observation to find the last ones
 COPY_SUSPECTS = 4  # at most this many places are played (those most often the answer first)
 Play = tuple[str, str, int, list[str]]  # kind, name, seed, actions
@@ -371,15 +372,17 @@ def search(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
 
 def copies(observation: str) -> dict[str, str]:
     """The copy policies' answers for an episode that opened with ``observation``, by place: its k-th
-    number (``"number k"``) and its k-th word (``"word k"``), k up to ``COPY_POSITIONS``, and the same
-    counted from its end (``"number k from the end"``: an answer printed last, after a question of
-    any length, is at one place from the end). What an agent sees of it counts (its first 4000
-    characters)."""
+    number (``"number k"``) and its k-th word (``"word k"``), k up to ``COPY_POSITIONS``, and its numbers
+    counted from its end (``"number k from the end"``: an answer printed last, after a question of any
+    length, is at one place from the end), and its last ``COPY_WORDS_FROM_END`` words. (Not more words
+    from the end: a repeating pattern cut off at the end holds its next word at a fixed distance back,
+    and the held-out pattern game is won 68% of the time by its 4th word from the end.) What an agent
+    sees of it counts (its first 4000 characters)."""
     numbers, words = numbers_of(observation, COPY_SCAN), words_of(observation, COPY_SCAN)
     found = {f"number {k}": text for k, text in enumerate(numbers[:COPY_POSITIONS], 1)}
     found.update({f"word {k}": text for k, text in enumerate(words[:COPY_POSITIONS], 1)})
     found.update({f"number {k} from the end": t for k, t in enumerate(numbers[::-1][:COPY_POSITIONS], 1)})
-    found.update({f"word {k} from the end": t for k, t in enumerate(words[::-1][:COPY_POSITIONS], 1)})
+    found.update({f"word {k} from the end": t for k, t in enumerate(words[::-1][:COPY_WORDS_FROM_END], 1)})
     return found
 
 
@@ -472,35 +475,14 @@ def known_in_turn(space: AnswerSpace, seed: int, turns: int) -> list[str]:
     return [first[answer] for answer in ranked[:turns]]
 
 
-UNDETERMINED_PAIRS = 4  # at most this many pairs of look-alike seeds are played (two episodes each)
-
-
-def undetermined(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
-    """The undetermined answer: among the trivial and answer seeds, those whose first observations are
-    the same and whose solutions' first actions differ each play the other's first action. When both
-    episodes end at once, unwon, the observation does not determine what wins: whatever the agent
-    answers to it, it loses at one of the two (a question whose answer is drawn from the seed apart from
-    what it states, ``return question, rng.randint(2, 10)``, is won by any constant 1 time in 9, below
-    the common-answer cap, and reads to the designer's reward as a design at the agent's frontier:
-    experiments/results/cpu-curriculum, spade-caps seed 1). A game whose first observation is the same
-    at every seed but that answers a wrong move (a guessing game's "too low") goes on after it, and is
-    not refused; neither is a task with more than one right answer, where the other seed's action wins."""
-    alike: dict[str, dict[str, int]] = {}  # first observation -> first action -> the first seed with it
-    for seed in dict.fromkeys([*space.trivial_seeds, *space.answer_seeds]):
-        actions = space.solutions.get(seed)
-        if actions:
-            alike.setdefault(canonical(space.observations[seed]), {}).setdefault(actions[0], seed)
-    pairs = [tuple(firsts.items())[:2] for firsts in alike.values() if len(firsts) > 1]
-    for (first_a, a), (first_b, b) in pairs[:UNDETERMINED_PAIRS]:
-        at_a, at_b = play.play([(a, [first_b], False), (b, [first_a], False)])
-        if all(ended(t) and not won(battery, t) for t in (at_a, at_b)):
-            raise Failed(
-                "undetermined_answer",
-                f"the answer is not determined by what the task shows: seeds {a} and {b} show the same "
-                f"first observation {short(space.observations[a])}, their solutions begin "
-                f"{short(first_a)} and {short(first_b)}, and each ends the other seed's episode unwon: "
-                "no answer to that observation wins both (design.validation.refuse_undetermined_answers)",
-            )
+def common_enough(space: AnswerSpace, action: str, cap: float) -> bool:
+    """Whether ``action``'s answer is the answer of more than three quarters of ``cap`` of every seed whose
+    solution the battery knows (the trivial and answer seeds, 48 by default): the screen before the
+    common-answer cap plays it at 256 seeds. A key of 2 or 3 drawn at random (half the seeds) gets past it
+    but about 0.6% of the time; a question of five answers (a fifth) about 2% of the time."""
+    key = final_answer(action).lower()
+    finals = [final_answer(actions[-1]).lower() for actions in space.solutions.values() if actions]
+    return bool(finals) and sum(f == key for f in finals) > 0.75 * cap * len(finals)
 
 
 def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> None:
@@ -516,8 +498,9 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     s = battery.settings
     action, count = common_answer([space.solutions[seed] for seed in space.answer_seeds])
     rate, common = s.max_answer_replay_win_rate, s.max_common_answer_win_rate
-    low = rate if common is None else min(rate, common / 2)
-    if count <= low * len(space.answer_seeds):
+    if count <= rate * len(space.answer_seeds) and (
+        common is None or not common_enough(space, action, common)
+    ):
         return  # no answer is common enough to win as a constant
     seeds = space.trivial_seeds
 
@@ -532,7 +515,7 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
             f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
             f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
         )
-    if common is None or count <= common / 2 * len(space.answer_seeds):
+    if common is None or not common_enough(space, action, common):
         return
     more = s.common_answer_confirm_seeds
     if more:

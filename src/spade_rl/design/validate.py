@@ -115,6 +115,7 @@ from spade_rl.design.transcripts import (
     validation_seeds,
     value_of,
 )
+from spade_rl.design.undetermined import undetermined
 from spade_rl.envs.contract import check_reset_value, check_solution_value, check_step_value
 from spade_rl.sandbox import EnvHandle, Sandbox
 
@@ -358,7 +359,7 @@ class _Battery:
             trivial_search.search(self, play, space)
             trivial_search.copy_search(self, play, space)
             if s.refuse_undetermined_answers:
-                trivial_search.undetermined(self, play, space)
+                undetermined(self, play, space)
             self.passed("trivial_policies", t)
             if s.answer_seeds:
                 t = time.perf_counter()
