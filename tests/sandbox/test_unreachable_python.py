@@ -168,7 +168,7 @@ def test_a_module_out_of_reach_is_named_and_preloading_it_works(closed_python):
 
 
 def test_bfcl_checkers_run_from_an_interpreter_out_of_reach(closed_python):
-    pytest.importorskip("bfcl_eval")
+    pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23")
     folder, python, site = closed_python
     from spade_rl.evaluate import bfcl
     from spade_rl.sandbox import SandboxConfig
