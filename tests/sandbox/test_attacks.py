@@ -1098,7 +1098,9 @@ def test_unprobed_instance_count():
 def test_coin_flip_key():
     """The key is 2 or 3 whatever the question says: "2" wins half the seeds."""
     report = validate_attack("coin_flip_key")
-    assert report.reason == "answer_replay_wins" and "max_common_answer_win_rate" in report.message, report
+    # refused by the common-answer cap, or where "2" (or "3") won over half the seeds by the answer replay's
+    assert report.reason == "answer_replay_wins", report
+    assert "max_common_answer_win_rate" in report.message or "max_answer_replay_win_rate" in report.message
 
 
 def test_answer_printed_last():
