@@ -94,8 +94,11 @@ def test_validation_progress_and_bonus():
     assert validation_progress("truncated") == 0.05
     assert validation_progress("syntax_error") == 0.1
     assert validation_progress("no_env_class") == 0.2
-    # 0.2, then 0.8 shared among the ten battery checks
-    assert validation_progress("reset_bad_type", ["static", "instantiates"]) == pytest.approx(0.36)
+    # 0.2, then 0.8 shared among the thirteen checks a default validation runs (design.report.PROGRESS_CHECKS)
+    assert len(BATTERY_CHECKS) == 13
+    assert validation_progress("reset_bad_type", ["static", "instantiates"]) == pytest.approx(
+        0.2 + 0.8 * 2 / 13
+    )
     assert validation_progress(
         "nondeterministic",
         [
@@ -107,17 +110,18 @@ def test_validation_progress_and_bonus():
             "malformed_actions",
             "terminates",
         ],
-    ) == pytest.approx(0.76)
+    ) == pytest.approx(0.2 + 0.8 * 7 / 13)
     shaped = DesignerRewardConfig(progress_bonus=0.1)
     assert invalid_design_reward("syntax_error", shaped) == pytest.approx(0.01)
-    assert invalid_design_reward("timeout", shaped, ["static", "instantiates"]) == pytest.approx(-0.464)
+    timeout = -0.5 + 0.1 * (0.2 + 0.8 * 2 / 13)
+    assert invalid_design_reward("timeout", shaped, ["static", "instantiates"]) == pytest.approx(timeout)
     assert invalid_design_reward("syntax_error", DesignerRewardConfig()) == 0.0  # the paper's setting
     # A valid design earns the whole bonus on top of its blend: one nobody solves (0) still beats the
-    # best invalid one (0.1 * 0.92).
+    # best invalid one.
     assert designer_reward(0.0, 0.0, shaped) == pytest.approx(0.1)
     assert designer_reward(0.3, 0.075, shaped) == pytest.approx(0.66)
     assert designer_reward(0.0, 0.0, shaped) > invalid_design_reward(
-        "trivial_policy_wins", shaped, BATTERY_CHECKS[:9]
+        "trivial_policy_wins", shaped, BATTERY_CHECKS[:-2]
     )
     assert designer_reward(0.3, 0.075, DesignerRewardConfig(mode="plateau")) == pytest.approx(0.6)  # no bonus
 
@@ -181,3 +185,11 @@ def test_regret_confidence_is_checked():
         with pytest.raises(ValueError, match="regret_confidence must lie in"):
             DesignerRewardConfig(regret_confidence=bad)
     assert DesignerRewardConfig().regret_confidence == 0.95
+
+
+def test_check_names_are_defined_once():
+    """The battery records only names of design.report.CHECKS, and the progress ladder is its subset."""
+    from spade_rl.design.report import CHECKS
+
+    assert set(BATTERY_CHECKS) <= set(CHECKS) and len(set(CHECKS)) == len(CHECKS)
+    assert [c for c in CHECKS if c in BATTERY_CHECKS] == list(BATTERY_CHECKS)  # in the battery's order

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from spade_rl.design.report import PROGRESS_CHECKS
+
 # "solve_rate" and "learning_potential": the reference's ablations (spade/core/utils/delayed_env_rewards.py,
 # cmd/ablations/train_solve_rate_30b.sh, train_learning_potential_30b.sh).
 # "learnability": ours (issue 40), the blend with 4 p (1 - p) in place of the plateau.
@@ -361,18 +363,7 @@ class LearningPotential:
 # battery's checks in order (spade_rl.design.validate).
 # ("truncated": the answer was cut off by the token limit, usually inside its code.)
 PARSE_STAGES = {"no_code_block": 0.0, "truncated": 0.5, "syntax_error": 1.0}
-BATTERY_CHECKS = (
-    "static",
-    "instantiates",
-    "reset_types",
-    "solution_types",
-    "solution_wins",
-    "malformed_actions",
-    "terminates",
-    "deterministic",
-    "instances",
-    "trivial_policies",
-)
+BATTERY_CHECKS = PROGRESS_CHECKS  # spade_rl.design.report names the checks once
 
 
 def validation_progress(reason: str, checks_passed: Sequence[str] = ()) -> float:

@@ -15,6 +15,20 @@ from dataclasses import asdict, dataclass, field
 from spade_rl.design.llm_validator import LLMValidatorSettings
 
 MALFORMED_ACTIONS = ("", "this is not a valid action %%% \\boxed{??}")
+# The battery's checks, in the order they run (a report's ``checks`` lists those it passed; the optional
+# ones run only with their settings), named here once: the battery checks every name it records against
+# it, and the designer's progress bonus (``rewards.validation_progress``) climbs PROGRESS_CHECKS, the
+# checks a default validation of a design with a hint runs.
+CHECKS = (
+    "static", "instantiates", "reset_types", "solution_types", "solution_wins", "reset_gate",
+    "malformed_actions", "terminates", "deterministic", "instances", "stacked_instances", "hint_no_leak",
+    "trivial_policies", "answer_replay", "judge", "llm_validator",
+)  # fmt: skip
+PROGRESS_CHECKS = tuple(
+    c
+    for c in CHECKS
+    if c not in ("reset_gate", "judge", "llm_validator")  # off by default
+)
 REASONS = frozenset(
     {
         "ok", "syntax_error", "no_env_class", "multiple_env_classes", "disallowed_import", "load_raised",

@@ -90,6 +90,7 @@ from spade_rl.design import trivial_search
 from spade_rl.design.answer_space import wrap_like
 from spade_rl.design.answers import final_answer, leaked_answer
 from spade_rl.design.report import (
+    CHECKS,
     MALFORMED_ACTIONS,
     REASONS,
     Failed,
@@ -162,6 +163,8 @@ class _Battery:
         return derived_seeds(self.source, purpose, self.seed, count)
 
     def passed(self, check: str, since: float) -> None:
+        if check not in CHECKS:  # a bug of ours: a name nobody downstream knows
+            raise ValueError(f"unknown check {check!r}: name it in spade_rl.design.report.CHECKS")
         now = time.perf_counter()
         self.report.checks.append(check)
         self.report.timings[check] = now - since
