@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from spade_rl.design import ValidationSettings, validate_source
@@ -203,10 +205,12 @@ def test_probed_instances_meet_any_counter_within_twice_its_count():
 
 def test_stacked_instances_follow_the_sandbox(pool):
     """A worker is filled to the sandbox's episodes_per_worker, or to stacked_instances when set; every
-    instance plays a probe, so a counter rigged from the 41st is met at the 41st."""
+    other instance plays a probe with probability a half, so a counter rigged from the 41st is met soon
+    after it."""
     counted = rigged_after(40)
     report = validate_source(pool, counted)
-    assert report.reason == "instance_dependent" and "instance 41 " in report.message, report
+    assert report.reason == "instance_dependent", report
+    assert 41 <= int(re.search(r"instance (\d+) made", report.message).group(1)) <= 64, report
     # Without the trivial-policy search, which plays as training plays and so fills workers too (another
     # source, so a worker of its own: the first validation's worker counted to 41 already)
     counted += "\n# a worker of its own\n"

@@ -41,7 +41,9 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 DESIGNS = sorted((HERE.parent / "design" / "designs").glob("*.py"))
 # One validation seed for both sides (validation draws a fresh one otherwise): the same battery on each.
-SETTINGS = ValidationSettings(call_timeout_s=1.0, seed=20261205)
+# A budget of a minute: the slow environment below takes about 12 s of validation on 2 cores, near the
+# default 20 s once a node's death and a retry share them.
+SETTINGS = ValidationSettings(call_timeout_s=1.0, seed=20261205, total_timeout_s=60.0)
 SANDBOX = SandboxConfig(pool_size=1, call_timeout_s=1.0, load_timeout_s=2.0)
 WORKER_NODES = 2
 
@@ -50,8 +52,8 @@ import time
 
 
 class Slow{n}Env:
-    """Valid, but each reset takes 0.02 s: a validation (about 350 resets, most of them the probes of its
-    stacked instances) lasts some seconds."""
+    """Valid, but each reset takes 0.02 s: a validation (some 600 resets: the trivial policies' episodes
+    and the probes of its stacked instances) lasts about 12 seconds."""
 
     def __init__(self, max_turns=3):
         self.max_turns = max_turns
@@ -233,7 +235,7 @@ def test_a_node_killed_mid_validation_loses_only_its_validation_in_flight(make_e
     deadline = time.monotonic() + 30
     while executor.actors()[0]["validations_in_flight"] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.3)  # well inside its first validation (some seconds)
+    time.sleep(0.3)  # well inside its first validation (about 12 s)
     cluster.kill_node(victim["node_id"])
     worker.join(timeout=120)
     assert not worker.is_alive(), "validate_many did not return after a node died"

@@ -1012,7 +1012,8 @@ def test_late_instance_counter():
     """Rigged from the 41st instance of a worker on: validation stacks as many as training does, and
     every instance plays a probe."""
     report = validate_attack("late_instance_counter")
-    assert report.reason == "instance_dependent" and "instance 41 " in report.message, report
+    assert report.reason == "instance_dependent", report
+    assert 41 <= int(re.search(r"instance (\d+) made", report.message).group(1)) <= 64, report
 
 
 def test_reset_counter(tmp_path):

@@ -417,14 +417,16 @@ class _Battery:
     ) -> None:
         """Instances made one after another in the worker of ``env``, up to ``stack_depth`` (by default
         as many as training stacks on a warm worker before the sandbox retires it), so that a class
-        attribute counting instances sees every count training will show it. Every one plays one of
-        ``probes`` (an action -> the first instance's transcript of it at ``probe_seed``: the malformed
-        actions and well-formed answers), drawn at random; those numbered by ``probed_instances``, and
-        ``RANDOM_PROBES`` numbers drawn from a source the environment cannot read (``secrets``, not the
-        battery's seed, which its first reset is given), replay a seed's solution (``replays``: seed ->
-        (actions, the first instance's transcript)) and every probe. Each must give the first
-        instance's transcripts (``instance_dependent``): a counter that rigs the reward at counts a fixed
-        list never looks at is met at one of them."""
+        attribute counting instances sees every count training will show it. Those numbered by
+        ``probed_instances``, and ``RANDOM_PROBES`` numbers drawn from a source the environment cannot
+        read (``secrets``, not the battery's seed, which its first reset is given), replay a seed's
+        solution (``replays``: seed -> (actions, the first instance's transcript)) and one of ``probes``
+        (an action -> the first instance's transcript of it at ``probe_seed``: the malformed actions and
+        well-formed answers) drawn at random; every other one, drawn with probability a half, plays a
+        well-formed answer. Each must give the first instance's transcripts (``instance_dependent``): a
+        counter that makes any answer win at counts a fixed list never looks at (one in 16 of them, say)
+        is met at one of them but about once in 65,000 validations. (Every probe at every instance cost a
+        20 ms reset's environment 9 s of validation.)"""
         depth = self.stack_depth()
         first = env.worker_instances + 1
         drawn = self.private
@@ -432,10 +434,14 @@ class _Battery:
         if depth >= first:
             probed |= set(drawn.sample(range(first, depth + 1), min(RANDOM_PROBES, depth - first + 1)))
         seeds = list(replays)
+        answers = [a for a in probes if a not in MALFORMED_ACTIONS] or list(probes)
         while env.worker_instances < depth:
             other = self.open(kwargs, beside=env)
             number = env.worker_instances
-            chosen = list(probes) if number in probed else [drawn.choice(list(probes))]
+            if number in probed:
+                chosen = [drawn.choice(list(probes))]
+            else:  # half the others, a well-formed answer: it wins where any answer is made to win
+                chosen = [drawn.choice(answers)] if drawn.random() < 0.5 else []
             plays = [
                 (
                     probe_seed,
