@@ -266,9 +266,15 @@ def designer_reward(
     (with the bonus on, an invalid design that got far would otherwise out-earn a valid one nobody solves)."""
     if not gate:
         return config.progress_bonus
-    terms = designer_terms(win_rate, regret_value, config, baseline=baseline)
-    paid = [weight * terms[name] for name, weight in designer_weights(config).items() if weight]
-    return math.fsum(paid) + config.progress_bonus
+    return paid_reward(designer_terms(win_rate, regret_value, config, baseline=baseline), config)
+
+
+def paid_reward(terms: dict[str, float], config: DesignerRewardConfig, *, gate: bool = True) -> float:
+    """``gate * sum(weight * term) + progress_bonus``: :func:`designer_reward` from terms already computed
+    (:func:`designer_terms`), for a caller that logs them too."""
+    weights = designer_weights(config)
+    paid = math.fsum(weights[name] * value for name, value in terms.items() if weights[name]) if gate else 0.0
+    return paid + config.progress_bonus
 
 
 class WindowPlay(NamedTuple):
@@ -296,14 +302,13 @@ def window_designer_reward(
     config: DesignerRewardConfig,
     *,
     baseline: float = 0.0,
-    gate: bool = True,
 ) -> float:
     """The reward of a valid design held over a delay window, as the reference recomputes it when it
     trains its proposer (spade/core/utils/delayed_env_rewards.py): :func:`designer_reward` of
     :func:`window_inputs`. A window of one play gives exactly the immediate reward
     ``designer_reward(win, regret)``."""
     win, regret_value = window_inputs(plays, regret_at_regeneration, hint_return, config)
-    return designer_reward(win, regret_value, config, baseline=baseline, gate=gate)
+    return designer_reward(win, regret_value, config, baseline=baseline)
 
 
 def window_inputs(

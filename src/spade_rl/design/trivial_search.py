@@ -490,17 +490,17 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
     (``answers.common_answer``); when it ends more than ``max_answer_replay_win_rate`` of them, it is
     played as a constant (repeated every turn) at the trivial seeds, other seeds than those it came
     from, and fails when it wins more than that share of them: the answer needs no reading of the task.
-    With ``max_common_answer_win_rate`` set, it is also played when it ends more than half that share of
-    them, at the trivial seeds and ``common_answer_confirm_seeds`` more, and fails when it wins more than
-    that share of them all: one answer that is right too often. (The cap lies between a third and a half,
+    With ``max_common_answer_win_rate`` set, it is also played when it is the answer of more than three
+    quarters of that share of every seed whose solution is known (``common_enough``), at the trivial
+    seeds and ``common_answer_confirm_seeds`` more, and fails when it wins more than that share of them
+    all: one answer that is right too often. (The cap lies between a third and a half,
     so the verdict needs many seeds: at 16 and 32, a key of 2 or 3 drawn at random passed one time in
     three.)"""
     s = battery.settings
     action, count = common_answer([space.solutions[seed] for seed in space.answer_seeds])
     rate, common = s.max_answer_replay_win_rate, s.max_common_answer_win_rate
-    if count <= rate * len(space.answer_seeds) and (
-        common is None or not common_enough(space, action, common)
-    ):
+    suspect = common is not None and common_enough(space, action, common)  # for the common-answer cap
+    if count <= rate * len(space.answer_seeds) and not suspect:
         return  # no answer is common enough to win as a constant
     seeds = space.trivial_seeds
 
@@ -515,7 +515,7 @@ def answer_replay(battery: _Battery, play: TrainingPlay, space: AnswerSpace) -> 
             f"solution(), played as a constant wins {wins} of {len(seeds)} other seeds; at most "
             f"{rate:.0%} may be won without reading the task (max_answer_replay_win_rate)",
         )
-    if common is None or not common_enough(space, action, common):
+    if not suspect:
         return
     more = s.common_answer_confirm_seeds
     if more:

@@ -438,22 +438,16 @@ class _Battery:
         while env.worker_instances < depth:
             other = self.open(kwargs, beside=env)
             number = env.worker_instances
+            plays = []
             if number in probed:
+                seed = seeds[number % len(seeds)]
+                plays.append((seed, *replays[seed], "solution()"))
                 chosen = [drawn.choice(list(probes))]
             else:  # half the others, a well-formed answer: it wins where any answer is made to win
                 chosen = [drawn.choice(answers)] if drawn.random() < 0.5 else []
-            plays = [
-                (
-                    probe_seed,
-                    [a],
-                    probes[a],
-                    f"the {'malformed action' if a in MALFORMED_ACTIONS else 'answer'} {a!r}",
-                )
-                for a in chosen
-            ]
-            if number in probed:
-                seed = seeds[number % len(seeds)]
-                plays.insert(0, (seed, *replays[seed], "solution()"))
+            for a in chosen:
+                kind = "malformed action" if a in MALFORMED_ACTIONS else "answer"
+                plays.append((probe_seed, [a], probes[a], f"the {kind} {a!r}"))
             for seed, actions, expected, what in plays:
                 where = difference(self.play(other, seed, actions), expected)
                 if where is not None:

@@ -49,10 +49,10 @@ from spade_rl.rewards import (
     LearningPotential,
     WindowPlay,
     centred_advantages,
-    designer_reward,
     designer_scale,
     designer_terms,
     invalid_design_reward,
+    paid_reward,
     regret_bound,
     window_inputs,
     window_win_rate,
@@ -261,10 +261,10 @@ class DesignerRewards:
                 continue
             baseline = baselines.get(held.skill, 0.0)
             win, regret_value = window_inputs(held.plays, held.regret, held.hint_return, config)
-            self.terms.append(designer_terms(win, regret_value, config, baseline=baseline))
+            terms = designer_terms(win, regret_value, config, baseline=baseline)
+            self.terms.append(terms)
             self.gated_count += held.gated
-            reward = designer_reward(win, regret_value, config, baseline=baseline, gate=not held.gated)
-            out.append(DueReward(held, reward))
+            out.append(DueReward(held, paid_reward(terms, config, gate=not held.gated)))
         return out
 
     def paid_regret(self, env: PlayedEnv) -> float:
