@@ -339,3 +339,27 @@ def test_the_lever_experiment_adds_one_option_at_a_time_to_plain_spade():
     assert not set(range(levers.evaluation.seed, levers.evaluation.seed + levers.evaluation.limit)) & set(
         range(main.evaluation.seed, main.evaluation.seed + main.evaluation.limit)
     )
+
+
+def test_the_gated_experiment_is_the_curriculum_yardstick_on_the_gated_defaults():
+    """experiments/cpu-gated.toml (issue 56): cpu-curriculum's fixed-pool and spade arms, unchanged, run
+    again on the defaults where every gate is on; the same yardstick, only without in-loop curves."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    gated = load_experiment(root / "experiments" / "cpu-gated.toml")
+    main = load_experiment(root / "experiments" / "cpu-curriculum.toml")
+    assert [a.name for a in gated.arms] == ["fixed-pool", "spade"]
+    assert (gated.seeds, gated.budget, gated.scores, gated.baseline) == (
+        main.seeds,
+        main.budget,
+        main.scores,
+        main.baseline,
+    )
+    assert gated.evaluation.every == 0 and main.evaluation.every > 0
+    assert dataclasses.replace(gated.evaluation, every=main.evaluation.every) == main.evaluation
+    for name in ("fixed-pool", "spade"):
+        assert gated.arm(name).config(0) == main.arm(name).config(0), name
+    validation = gated.arm("spade").config(0).design.validation
+    assert validation.refuse_undetermined_answers and validation.max_copy_win_rate is not None
+    assert validation.max_common_answer_win_rate is not None and validation.max_trivial_mean_return is not None
