@@ -7,10 +7,12 @@ the clean shutdown on SIGTERM (every sandbox worker of the server gone)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -309,3 +311,150 @@ def test_an_archive_and_a_pool_are_served_with_their_recorded_arguments(tmp_path
                 assert env.step({"message": "xx"}).reward == 1.0  # the parity game's solution at seed 0
         finally:
             server.stop()
+
+
+def solutions(names: list[str], seeds: range) -> dict[tuple[str, int], list[str]]:
+    """The winning moves of each reference environment at each seed, from one sandbox of the test's own."""
+    found = {}
+    with Sandbox(SandboxConfig(pool_size=1)) as sandbox:
+        for name in names:
+            env = sandbox.open(reference.source(name)).value
+            for seed in seeds:
+                env.reset(seed=seed)
+                moves = env.solution().value
+                found[name, seed] = [moves] if isinstance(moves, str) else moves
+            env.close()
+    return found
+
+
+def play_http(base: str, name: str, seed: int, moves: list[str], episode_id: str) -> tuple[list[int], dict]:
+    """One HTTP episode as a trainer plays it (reset with an episode_id, steps, the final state): the
+    statuses answered and the last answer."""
+    url = f"{base}/envs/{name}"
+    answer = requests.post(url + "/reset", json={"seed": seed, "episode_id": episode_id}, timeout=30)
+    statuses = [answer.status_code]
+    for move in moves:
+        if not answer.ok:
+            break
+        answer = requests.post(
+            url + "/step", json={"action": {"message": move}, "episode_id": episode_id}, timeout=30
+        )
+        statuses.append(answer.status_code)
+    return statuses, answer.json()
+
+
+def test_finished_http_episodes_free_their_sessions_under_a_trainers_load(tmp_path):
+    """Issue 57, item 6: a finished HTTP episode kept its session until the idle timeout, so a trainer
+    playing more episodes than --max-sessions was refused (503) after the first few. 30 episodes of guess
+    and maze from 3 threads on 3 sessions: every one is played, none refused, the finished ones' states
+    stay readable, and the server never holds more workers than sessions (none after stop)."""
+    sessions, threads, per_thread = 3, 3, 10
+    moves = solutions(["guess", "maze"], range(4))
+    server = Served(tmp_path, "guess", "maze", "--max-sessions", str(sessions))
+    results: list[tuple[str, list[int], dict]] = []
+    workers_seen: list[int] = []
+
+    def trainer(t: int) -> None:
+        for i in range(per_thread):
+            name, seed = ("guess", "maze")[(t + i) % 2], i % 4
+            episode_id = f"t{t}-e{i}"
+            statuses, last = play_http(server.base, name, seed, moves[name, seed], episode_id)
+            results.append((episode_id, statuses, last))
+            workers_seen.append(len(children(server.proc.pid)))
+
+    try:
+        pool = [threading.Thread(target=trainer, args=(t,)) for t in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join(timeout=120)
+        assert len(results) == threads * per_thread
+        refused = [(e, statuses) for e, statuses, _ in results if set(statuses) != {200}]
+        assert refused == []  # before: 3 played, 27 refused with 503 (sessions held for 300 s)
+        assert all(last["reward"] == 1.0 and last["done"] for _, _, last in results)
+        assert max(workers_seen) <= sessions
+        listed = requests.get(server.base + "/envs", timeout=5).json()
+        assert (listed["active_sessions"], listed["finished_kept"]) == (0, threads * per_thread)
+        # A finished episode's state is still there; its next step says what to do; a reset plays again.
+        state = requests.get(server.base + "/envs/guess/state", params={"episode_id": "t0-e0"}).json()
+        assert (state["episode_id"], state["done"], state["episode_return"]) == ("t0-e0", True, 1.0)
+        assert state["step_count"] == len(moves["guess", 0])
+        again = requests.post(
+            server.base + "/envs/guess/step", json={"action": {"message": "1"}, "episode_id": "t0-e0"}
+        )
+        assert again.status_code == 409 and "POST /reset with this episode_id" in again.json()["detail"]
+        statuses, last = play_http(server.base, "guess", 0, moves["guess", 0], "t0-e0")
+        assert set(statuses) == {200} and last["reward"] == 1.0
+    finally:
+        server.stop()  # asserts status 0 and no sandbox worker left
+
+
+DEEP = 100_000  # far past Python's recursion limit: json.loads raises RecursionError
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status", "message"),
+    [
+        ("reset", b"[" * DEEP + b"]" * DEEP, 422, "nests deeper than 32 levels"),
+        ("step", b'{"a":' * DEEP + b"1" + b"}" * DEEP, 422, "nests deeper than 32 levels"),
+        (
+            "step",
+            b'{"episode_id": "e", "action": {"message": "1", "metadata": ' + b"[" * 40 + b"]" * 40 + b"}}",
+            422,
+            "nests deeper than 32 levels",
+        ),
+        ("reset", b"{not json", 422, "the body is not JSON"),
+        ("reset", b'{"seed": "\xff"}', 422, "the body is not JSON: 'utf-8' codec can't decode"),
+        ("reset", b'{"seed": ' + b"9" * 5000 + b"}", 422, "the body is not JSON: Exceeds the limit"),
+        ("reset", b"[1, 2]", 422, "the body is a JSON object, got list"),
+        ("step", b"null", 422, "the body is a JSON object, got null"),
+        ("reset", b'"seed"', 422, "the body is a JSON object, got str"),
+        ("reset", b'{"seed": true}', 422, "seed: Input should be a valid integer"),
+        ("reset", b'{"seed": "3"}', 422, "seed: Input should be a valid integer"),
+        ("reset", b'{"seed": 1.5}', 422, "seed: Input should be a valid integer"),
+        ("reset", b'{"seed": -1}', 422, "seed: Input should be greater than or equal to 0"),
+        ("reset", b'{"seed": NaN}', 422, "seed: Input should be a valid integer"),
+        ("reset", b'{"episode_id": 5}', 422, "episode_id: Input should be a valid string"),
+        ("reset", json.dumps({"episode_id": "x" * 300}).encode(), 422, "at most 255 characters"),
+        ("step", b'{"action": "1", "episode_id": "e"}', 422, "action: Input should be a valid dictionary"),
+        ("step", b'{"action": [1], "episode_id": "e"}', 422, "action: Input should be a valid dictionary"),
+        ("step", b'{"action": {"message": 1}, "episode_id": "e"}', 422, "message: Input should be a valid"),
+        ("step", b'{"action": {"message": "1"}, "episode_id": "e", "timeout_s": "1"}', 422, "timeout_s"),
+        ("step", b'{"action": {"message": "1"}, "episode_id": "e", "timeout_s": NaN}', 422, "finite"),
+        ("step", b'{"action": {"message": "1"}, "episode_id": "e", "timeout_s": 0}', 422, "greater than 0"),
+        ("reset", b" " * (2 << 20), 413, "larger than 1048576 bytes"),
+    ],
+    # short ids: a test's id reaches the server's environment (PYTEST_CURRENT_TEST), 100 kB would not fit
+    ids=lambda value: (value.decode(errors="replace") if isinstance(value, bytes) else str(value))[:24],
+)
+def test_malformed_bodies_are_refused_with_a_4xx_that_says_what_is_allowed(
+    served, route, body, status, message
+):
+    answer = requests.post(f"{served.base}/envs/guess/{route}", data=body, timeout=30)
+    assert answer.status_code == status, answer.text[:500]
+    detail = answer.json()["detail"]
+    assert message in detail, detail
+    if status == 422:  # and what a request looks like
+        shown = ["a ResetRequest is"] if route == "reset" else ["a StepRequest is", "an action is {'message'"]
+        assert any(form in detail for form in shown), detail
+    assert requests.get(served.base + "/health", timeout=5).ok
+
+
+def test_malformed_websocket_messages_are_answered_and_the_session_goes_on(served):
+    from websockets.sync.client import connect
+
+    with connect(f"ws://127.0.0.1:{served.port}/envs/guess/ws", max_size=None) as ws:
+        for raw, message in [
+            ("[" * DEEP + "]" * DEEP, "nests deeper than 32 levels"),
+            ('{"type": "step", "data": ' + "[" * 40 + "]" * 40 + "}", "nests deeper than 32 levels"),
+            ("{not json", "Invalid JSON: the message is not JSON"),
+            ("[1]", "a message is a JSON object"),
+            ('{"type": "reset", "data": {"seed": true}}', "seed: Input should be a valid integer"),
+            ('{"type": "reset", "data": [1]}', "Input should be a valid dictionary"),
+            ('{"type": ["reset"]}', "Unknown message type"),
+        ]:
+            ws.send(raw)
+            answer = json.loads(ws.recv(timeout=30))
+            assert answer["type"] == "error" and message in answer["data"]["message"], answer
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
+        assert json.loads(ws.recv(timeout=30))["data"]["done"] is False

@@ -17,6 +17,7 @@ A spade-rl action is ``{"message": "<the agent's text>"}``; an observation is ``
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -32,6 +33,10 @@ EXECUTION_ERROR = "EXECUTION_ERROR"
 CAPACITY_REACHED = "CAPACITY_REACHED"
 FACTORY_ERROR = "FACTORY_ERROR"
 SESSION_ERROR = "SESSION_ERROR"
+
+# How deep a request's JSON may nest. A request needs 4 levels ({"action": {"metadata": {...}}}); past
+# about a thousand Python's parser raises RecursionError, which must be a refusal, not a server error.
+MAX_JSON_DEPTH = 32
 
 
 class SpadeAction(BaseModel):
@@ -62,7 +67,10 @@ class ResetRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="The instance to play.")
+    # strict: true or "3" is not a seed (lax pydantic would read them as 1 and 3).
+    seed: int | None = Field(
+        default=None, ge=0, le=2**63 - 1, strict=True, description="The instance to play."
+    )
     episode_id: str | None = Field(default=None, max_length=255, description="A name for the episode.")
 
 
@@ -73,7 +81,9 @@ class StepRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     action: dict[str, Any] = Field(description="A SpadeAction: {'message': ...}.")
-    timeout_s: float | None = Field(default=None, gt=0, description="A shorter deadline for this step.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, strict=True, allow_inf_nan=False, description="A shorter deadline for this step."
+    )
     request_id: str | None = Field(default=None, max_length=255)
     episode_id: str | None = Field(default=None, max_length=255)
 
@@ -105,6 +115,40 @@ def wire(outcome: Outcome, turn: int, reset: bool) -> dict[str, Any]:
     )
     reward = None if reset and not outcome.failed else outcome.reward
     return {"observation": observation.model_dump(), "reward": reward, "done": outcome.done}
+
+
+def parse_json(raw: str | bytes, what: str) -> Any:
+    """``raw`` parsed as JSON; ``Refused`` 422 (``INVALID_JSON``) saying what was wrong when it is not
+    UTF-8 JSON, or nests deeper than ``MAX_JSON_DEPTH``. ``what`` names it in the message ("the body")."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        value = None
+        too_deep = True
+    except ValueError as exc:  # UnicodeDecodeError and the int-digits limit are ValueErrors too
+        raise Refused(422, INVALID_JSON, f"{what} is not JSON: {str(exc)[:200]}") from None
+    else:
+        too_deep = _deeper_than(value, MAX_JSON_DEPTH)
+    if too_deep:
+        raise Refused(
+            422,
+            INVALID_JSON,
+            f"{what} nests deeper than {MAX_JSON_DEPTH} levels of JSON objects and arrays; "
+            "a request needs at most 4",
+        )
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def error_message(code: str, message: str, **extra: Any) -> dict[str, Any]:

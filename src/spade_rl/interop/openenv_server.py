@@ -17,17 +17,27 @@ routes also answer at the root. ``GET /envs`` lists what is served. The messages
 OpenEnv's HTTP ``/reset`` and ``/step`` are stateless (a fresh environment per request), which cannot
 play a multi-turn game: here ``/reset`` without an ``episode_id`` is that (one fresh instance, reset,
 closed), and a ``/reset`` with an ``episode_id`` opens an HTTP session that ``/step`` and ``/state``
-with the same ``episode_id`` continue.
+with the same ``episode_id`` continue. HTTP has no "close": an HTTP episode's session ends as soon as its
+episode is done (won, lost, out of turns or failed), so a trainer's finished episodes never hold the
+server's capacity; its last state stays readable (``GET /state?episode_id=...``) in a record of the last
+``FINISHED_KEPT`` finished episodes, which holds no sandbox and does not count against ``max_sessions``,
+and a ``/reset`` with the same ``episode_id`` plays another. A WebSocket session is OpenEnv's: one
+instance for the connection's life, episode after episode (a reset after ``done`` plays the next); it
+ends when the client closes the connection.
 
 Safety and bounds: the environments' code runs only in the sandbox. Every session (a WebSocket
 connection or an HTTP episode) holds one sandbox of one worker, taken from a pool of warm ones and
-given back when the session ends; at most ``max_sessions`` exist at once, and one more is refused
-(``CAPACITY_REACHED``, HTTP 503). A session idle for ``idle_timeout_s`` is closed (its next message is
-answered ``SESSION_ERROR``). Every environment call has the deadline ``call_timeout_s`` (a step's
-``timeout_s`` may shorten it). An environment that fails ends its episode with ``done`` and the
-observation's ``error`` set, never a server error. Unknown environments are HTTP 404 (``FACTORY_ERROR``
-over the WebSocket), malformed actions HTTP 422 (``VALIDATION_ERROR``), steps out of order HTTP 409
-(``EXECUTION_ERROR``). Shutting down (SIGINT, SIGTERM) closes every session and stops every worker.
+given back when the session ends (the pool never holds more than ``max_sessions``: as many worker
+processes at most, all stopped at shutdown); at most ``max_sessions`` exist at once, and one more is
+refused (``CAPACITY_REACHED``, HTTP 503 with ``Retry-After``). A session idle for ``idle_timeout_s`` is
+closed (its next message is answered ``SESSION_ERROR``). Every environment call has the deadline
+``call_timeout_s`` (a step's ``timeout_s`` may shorten it). An environment that fails ends its episode
+with ``done`` and the observation's ``error`` set, never a server error. Unknown environments are HTTP
+404 (``FACTORY_ERROR`` over the WebSocket), malformed actions HTTP 422 (``VALIDATION_ERROR``), steps out
+of order HTTP 409 (``EXECUTION_ERROR``); a body that is not a JSON object of the request's form (not
+JSON, not UTF-8, nested deeper than ``MAX_JSON_DEPTH``, the wrong types) HTTP 422, and one over
+``MAX_BODY_BYTES`` HTTP 413, each saying what was wrong and what a request looks like. Shutting down
+(SIGINT, SIGTERM) closes every session and stops every worker.
 """
 
 from __future__ import annotations
@@ -35,12 +45,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 import logging
 import signal
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -61,6 +71,12 @@ from spade_rl.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20  # an HTTP body or WebSocket message (actions are at most max_action_chars)
+FINISHED_KEPT = 4096  # finished HTTP episodes whose last state GET /state still answers (a few KiB each)
+FINISHED = "the episode is over"  # why a finished HTTP episode's session was closed
+EXAMPLES = {  # what a body of each request looks like, for the refusals
+    m.ResetRequest: '{"seed": 3, "episode_id": "e1"} (both optional)',
+    m.StepRequest: '{"action": {"message": "<the agent\'s text>"}, "episode_id": "e1"}',
+}
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,8 @@ class EnvServer:
         self.entries = {e.name: e for e in entries}
         self.sessions: dict[str, Session] = {}
         self.http_sessions: dict[tuple[str, str], Session] = {}
+        # (env name, episode_id) -> the last state of a finished HTTP episode, oldest first
+        self.finished: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._idle: list[Sandbox] = []  # warm sandboxes between sessions
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(self.config.max_sessions + 2, thread_name_prefix="spade-serve")
@@ -219,7 +237,10 @@ class EnvServer:
             except SandboxUnavailable as exc:  # the machine, not the environment (see spade-rl doctor)
                 raise m.Refused(503, m.EXECUTION_ERROR, f"the sandbox cannot run here: {exc}") from None
             session.episode_id = request.episode_id or session.episode_id
-            return m.wire(outcome, 0, reset=True)
+            answer = m.wire(outcome, 0, reset=True)
+            if outcome.done and session.kind == "http":  # failed at reset: over at once
+                await self._finish(session)
+            return answer
 
     async def step(self, session: Session, payload: Any, timeout_s: float | None = None) -> dict:
         action = self.parse_action(payload)
@@ -230,7 +251,42 @@ class EnvServer:
             if episode.done:
                 raise m.Refused(409, m.EXECUTION_ERROR, "the episode is over: send a reset to start another")
             outcome = await self.run(episode.step, action, timeout_s)
-            return m.wire(outcome, episode.turns, reset=False)
+            answer = m.wire(outcome, episode.turns, reset=False)
+            if outcome.done and session.kind == "http":
+                await self._finish(session)
+            return answer
+
+    async def _finish(self, session: Session) -> None:
+        """Close the session of a finished HTTP episode now and keep its last state for ``GET /state``.
+        Its caller holds the session's lock, so no request of this episode runs in between; the episode
+        id is unbound before anything is awaited, so that a ``/reset`` of it meanwhile opens a new one."""
+        key = (session.entry.name, session.episode_id or "")
+        with self._lock:
+            if self.http_sessions.get(key) is session:
+                del self.http_sessions[key]
+            self.finished[key] = self.state(session)
+            self.finished.move_to_end(key)
+            while len(self.finished) > FINISHED_KEPT:
+                self.finished.popitem(last=False)
+        await self.run(self.close, session, FINISHED)
+
+    def finished_state(self, name: str, episode_id: str) -> dict | None:
+        """The last state of the finished HTTP episode ``episode_id`` of ``name``, if still kept."""
+        with self._lock:
+            return self.finished.get((name, episode_id))
+
+    def open_http(self, entry: EnvEntry, episode_id: str) -> Session:
+        """The HTTP session of ``episode_id`` (a new one unless it is playing): a reset of it starts its
+        next episode, and its finished record goes."""
+        key = (entry.name, episode_id)
+        session = self.http_sessions.get(key)
+        if session is None or session.closed:
+            session = self.open(entry, "http")
+            session.episode_id = episode_id
+            with self._lock:
+                self.http_sessions[key] = session
+                self.finished.pop(key, None)
+        return session
 
     def parse_action(self, payload: Any) -> str:
         """The action's text; ``Refused`` 422 saying what a SpadeAction is."""
@@ -275,6 +331,10 @@ class EnvServer:
     async def _active(self, session: Session):
         """One call at a time per session; not idle while it runs."""
         async with session.lock:
+            if session.closed and session.expired == FINISHED:  # a request that waited on the last step
+                raise m.Refused(
+                    409, m.EXECUTION_ERROR, f"{FINISHED}: POST /reset with this episode_id to play another"
+                )
             if session.closed:
                 raise m.Refused(
                     410, m.SESSION_ERROR, f"the session was closed: {session.expired or 'closed'}"
@@ -333,7 +393,10 @@ def create_app(server: EnvServer) -> FastAPI:
 
     @app.exception_handler(m.Refused)
     async def refused(request: Request, exc: m.Refused) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "code": exc.code, **m.json_safe(exc.extra)}, exc.status)
+        # A full server is a moment's state: say when to retry (HTTP's Retry-After, in seconds).
+        headers = {"Retry-After": "1"} if exc.code == m.CAPACITY_REACHED else None
+        body = {"detail": str(exc), "code": exc.code, **m.json_safe(exc.extra)}
+        return JSONResponse(body, exc.status, headers=headers)
 
     @app.get("/health")
     async def health() -> dict:
@@ -348,6 +411,7 @@ def create_app(server: EnvServer) -> FastAPI:
             ],
             "active_sessions": len(server.sessions),
             "max_sessions": server.config.max_sessions,
+            "finished_kept": len(server.finished),
         }
 
     for prefix in ("", "/envs/{name}"):
@@ -369,18 +433,13 @@ def _add_env_routes(app: FastAPI, server: EnvServer, prefix: str) -> None:
                 return await server.reset(session, body)
             finally:
                 await server.run(server.close, session)
-        key = (entry.name, body.episode_id)
-        session = server.http_sessions.get(key)
-        if session is None or session.closed:
-            session = server.open(entry, "http")
-            session.episode_id = body.episode_id
-            server.http_sessions[key] = session
-        return await server.reset(session, body)
+        return await server.reset(server.open_http(entry, body.episode_id), body)
 
     @app.post(prefix + "/step")
     async def step(request: Request) -> dict:
         entry = entry_of(request.path_params)
         body = await _request_model(request, m.StepRequest)
+        server.parse_action(body.action)  # a malformed request is 422 whatever state its episode is in
         session = _http_session(server, entry, body.episode_id)
         return await server.step(session, body.action, body.timeout_s)
 
@@ -389,6 +448,13 @@ def _add_env_routes(app: FastAPI, server: EnvServer, prefix: str) -> None:
         entry = entry_of(request.path_params)
         if episode_id is None:
             return server.state(None)
+        if len(episode_id) > 255:
+            raise m.Refused(422, m.VALIDATION_ERROR, "an episode_id has at most 255 characters")
+        session = server.http_sessions.get((entry.name, episode_id))
+        if session is None or session.closed:
+            finished = server.finished_state(entry.name, episode_id)
+            if finished is not None:
+                return finished
         return server.state(_http_session(server, entry, episode_id))
 
     @app.get(prefix + "/schema")
@@ -436,35 +502,55 @@ def _http_session(server: EnvServer, entry: EnvEntry, episode_id: str | None) ->
             "episode_id to /step",
         )
     session = server.http_sessions.get((entry.name, episode_id))
+    if (session is None or session.closed) and server.finished_state(entry.name, episode_id) is not None:
+        raise m.Refused(
+            409,
+            m.EXECUTION_ERROR,
+            f"{FINISHED}: episode {episode_id!r} of {entry.name} is done; POST /reset with this episode_id "
+            "to play another",
+        )
     if session is None or session.closed:
         raise m.Refused(
             404,
             m.SESSION_ERROR,
             f"no episode {episode_id!r} of {entry.name}: POST /reset with this episode_id first "
-            f"(episodes close after {server.config.idle_timeout_s:g} s idle)",
+            f"(episodes close after {server.config.idle_timeout_s:g} s idle; the last "
+            f"{FINISHED_KEPT} finished ones are kept)",
         )
     return session
 
 
 async def _request_model(request: Request, model, allow_empty: bool = False):
     """The request's JSON body as ``model`` (an empty body is ``{}`` when allowed); ``Refused`` 413 for
-    a body over ``MAX_BODY_BYTES``, 422 for one that is not JSON or not that model."""
+    a body over ``MAX_BODY_BYTES``, 422 for one that is not JSON, nests too deep, is not an object or not
+    that model; each message says what a body of ``model`` looks like."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise m.Refused(413, m.VALIDATION_ERROR, f"the body is larger than {MAX_BODY_BYTES} bytes")
+            raise m.Refused(
+                413, m.VALIDATION_ERROR, f"the body is larger than {MAX_BODY_BYTES} bytes, the most allowed"
+            )
         chunks.append(chunk)
     raw = b"".join(chunks)
+    example = EXAMPLES[model]
     try:
-        body = {} if allow_empty and not raw.strip() else json.loads(raw)
-    except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise m.Refused(422, m.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        body = {} if allow_empty and not raw.strip() else m.parse_json(raw, "the body")
+    except m.Refused as exc:
+        raise m.Refused(exc.status, exc.code, f"{exc}; a {model.__name__} is {example}") from None
+    if not isinstance(body, dict):
+        raise m.Refused(
+            422,
+            m.VALIDATION_ERROR,
+            f"the body is a JSON object, got {m.kind_of(body)}; a {model.__name__} is {example}",
+        )
     try:
         return model.model_validate(body)
     except ValidationError as exc:
         raise m.Refused(
-            422, m.VALIDATION_ERROR, f"not a valid {model.__name__}: {m.validation_summary(exc)}"
+            422,
+            m.VALIDATION_ERROR,
+            f"not a valid {model.__name__}: {m.validation_summary(exc)}; a {model.__name__} is {example}",
         ) from None
 
 

@@ -74,11 +74,15 @@ async def serve_socket(server: EnvServer, websocket: WebSocket) -> None:
 async def _handle(server: EnvServer, session: Session, raw: str) -> dict | None:
     """The answer to one WebSocket message (None for ``close``)."""
     try:
-        message = json.loads(raw)
-    except ValueError as exc:
-        return m.error_message(m.INVALID_JSON, f"Invalid JSON: {exc}")
+        message = m.parse_json(raw, "the message")
+    except m.Refused as exc:  # not JSON, or nested too deep (Python's parser would raise RecursionError)
+        return m.error_message(exc.code, f"Invalid JSON: {exc}")
     if not isinstance(message, dict):
-        return m.error_message(m.INVALID_JSON, f"a message is a JSON object, got {m.kind_of(message)}")
+        return m.error_message(
+            m.INVALID_JSON,
+            f'a message is a JSON object such as {{"type": "reset", "data": {{"seed": 3}}}}, '
+            f"got {m.kind_of(message)}",
+        )
     kind = message.get("type", "")
     try:
         if kind == "reset":
@@ -101,7 +105,8 @@ async def _handle(server: EnvServer, session: Session, raw: str) -> dict | None:
     except m.Refused as exc:
         return m.error_message(exc.code, str(exc), **exc.extra)
     return m.error_message(
-        m.UNKNOWN_TYPE, f"Unknown message type: {kind!r}; this server answers reset, step, state and close"
+        m.UNKNOWN_TYPE,
+        f"Unknown message type: {str(kind)[:100]!r}; this server answers reset, step, state and close",
     )
 
 
