@@ -26,10 +26,19 @@ def requirement(name: str, requirements: list[str]) -> str | None:
 
 
 def test_the_core_depends_on_ranges_and_not_on_trl():
+    """Every library of the core but torch is a range (a lower bound that tools/check_lower_bounds.py tests,
+    an upper one below the next major), so that spade-rl installs beside what users have (issue 57:
+    verifiers 0.4.0 wants openai<3, spade-rl pinned openai==3.57.0); torch is exact, as any other version
+    pulls a multi-GB build."""
     core = PROJECT["dependencies"]
-    for name in ("transformers", "accelerate"):
-        line = requirement(name, core)
-        assert line is not None and "==" not in line and "<" in line and ">=" in line, line
+    for line in core:
+        name = re.match(r"[A-Za-z0-9_.-]+", line).group(0)
+        if name == "torch":
+            assert line == "torch==2.13.0"
+            continue
+        assert "==" not in line and "<" in line and ">=" in line, line
+    for name in ("transformers", "accelerate", "openai", "typer", "rich", "gguf", "pyseccomp"):
+        assert requirement(name, core) is not None, name
     assert requirement("trl", core) is None
     assert requirement("trl", PROJECT["optional-dependencies"]["trl"]) is not None
 

@@ -1,14 +1,16 @@
-"""Run the tests that touch transformers and accelerate at the lowest versions pyproject.toml accepts.
+"""Run the tests that touch the core's ranged libraries at the lowest versions pyproject.toml accepts.
 
-The core depends on ranges of transformers and accelerate (``>=`` a lower bound, the lowest transformers
-vLLM accepts); CI's own environment has the dev extra's newest releases. This makes a second environment
-cheaply and runs the learner's, the policy's and the warm-up's tests in it:
+The core depends on ranges (``>=`` a lower bound, ``<`` the next major) of transformers and accelerate (the
+lowest transformers vLLM accepts), and of the libraries users often have already: openai, typer, rich, gguf
+and pyseccomp (since issue 57, so that spade-rl installs beside verifiers and its users' pins). CI's own
+environment has the dev extra's versions (the newest the extras allow together). This makes a second
+environment cheaply and runs the learner's, the policy's, the warm-up's and the command line's tests in it:
 
 1. a virtual environment with ``--system-site-packages`` (torch and every other package come from the
    running interpreter's environment, spade-rl's editable install included);
-2. ``pip install transformers==<lower bound> accelerate==<lower bound>`` into it, the bounds read from
-   pyproject.toml's ``[project] dependencies`` (what pip also needs for them, e.g. an older
-   huggingface-hub or tokenizers, goes into the venv too: a few MB of wheels from the package index);
+2. ``pip install <library>==<lower bound> ...`` into it, the bounds read from pyproject.toml's
+   ``[project] dependencies`` (what pip also needs for them, e.g. an older huggingface-hub or tokenizers,
+   goes into the venv too: a few MB of wheels from the package index);
 3. pytest over ``TESTS`` with the venv's interpreter and a fresh model cache (``SPADE_RL_CACHE``: the
    default model and tokenizer are converted from GGUF by these versions); TRL's tests too where the
    installed TRL's own requirements accept those versions.
@@ -39,17 +41,19 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARIES = ("transformers", "accelerate")
-# The parts of the suite that touch transformers or accelerate: the policy (the transformers backend's
-# generation, scoring, caches, model loading from a folder and from GGUF), the learner and its loss, the
-# warm-up, end-to-end runs of the self-play loop through the real sandbox (tiny model, in process and as
-# `python -m spade_rl run` killed and resumed), and the overfitting check.
+LIBRARIES = ("transformers", "accelerate", "openai", "typer", "rich", "gguf", "pyseccomp")
+# The parts of the suite that touch those libraries: the policy (the transformers backend's generation,
+# scoring, caches, model loading from a folder and from GGUF with gguf; the OpenAI-compatible backends with
+# openai), the learner and its loss, the warm-up, end-to-end runs of the self-play loop through the real
+# sandbox (tiny model, in process and as `python -m spade_rl run` killed and resumed, seccomp's filter
+# with pyseccomp), the overfitting check, and the command line (typer and rich).
 TESTS = (
     "tests/policy",
     "tests/train",
     "tests/designer/test_warmup*.py",
     "tests/loop/test_selfplay.py",
     "tests/loop/test_overfit.py",  # the update alone drives a game to winning
+    "tests/cli",
 )
 # Where TRL accepts the bounds: the learner against TRL's GRPOTrainer, and GRPOTrainer on spade-rl's games.
 TRL_TESTS = ("tests/interop/test_trl_oracle.py", "tests/interop/test_trl_archive.py")
@@ -156,7 +160,7 @@ def main(argv: list[str]) -> int:
         if not Path(found["spade_rl"]).resolve().is_relative_to(ROOT / "src"):
             run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)])
             found = installed(python)
-        wrong = {name: found[name] for name in LIBRARIES if found[name] != bounds[name]}
+        wrong = {name: found[name] for name in LIBRARIES if Version(found[name]) != Version(bounds[name])}
         if wrong:
             print(f"the venv has {wrong}, not the lower bounds {bounds}", file=sys.stderr)
             return 1
