@@ -38,6 +38,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def workers(pid: int) -> list[int]:
+    """The server's live sandbox workers: its children that run the worker (not the copy of the server
+    that a worker's start forks for a moment before it execs), zombies left out."""
+    found = []
+    for child in children(pid):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and b"sandbox.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (the server's sandbox workers)."""
     found = []
@@ -360,7 +374,7 @@ def test_finished_http_episodes_free_their_sessions_under_a_trainers_load(tmp_pa
             episode_id = f"t{t}-e{i}"
             statuses, last = play_http(server.base, name, seed, moves[name, seed], episode_id)
             results.append((episode_id, statuses, last))
-            workers_seen.append(len(children(server.proc.pid)))
+            workers_seen.append(len(workers(server.proc.pid)))
 
     try:
         pool = [threading.Thread(target=trainer, args=(t,)) for t in range(threads)]

@@ -140,7 +140,9 @@ class EnvServer:
         self.http_sessions: dict[tuple[str, str], Session] = {}
         # (env name, episode_id) -> the last state of a finished HTTP episode, oldest first
         self.finished: OrderedDict[tuple[str, str], dict] = OrderedDict()
-        self._idle: list[Sandbox] = []  # warm sandboxes between sessions
+        # Warm sandboxes between sessions, each with the environment its worker last loaded ("" none):
+        # a worker is bound to one source, so a session of another environment costs a new worker.
+        self._idle: list[tuple[str, Sandbox]] = []
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(self.config.max_sessions + 2, thread_name_prefix="spade-serve")
         self._sandbox_config = dataclasses.replace(
@@ -184,7 +186,7 @@ class EnvServer:
                     active_sessions=len(self.sessions),
                     max_sessions=self.config.max_sessions,
                 )
-            sandbox = self._idle.pop() if self._idle else Sandbox(self._sandbox_config)
+            sandbox = self._take_idle(entry.name) or Sandbox(self._sandbox_config)
             episode = SandboxedEpisode(
                 sandbox,
                 entry,
@@ -197,13 +199,13 @@ class EnvServer:
         return session
 
     def close(self, session: Session, why: str = "") -> None:
-        """End ``session``: its instance closed, its sandbox back in the pool (blocking: a thread's job)."""
+        """End ``session``: its instance closed, its sandbox back in the pool (blocking: a thread's job).
+        The session counts against ``max_sessions`` until its sandbox is back, so that no new session
+        starts a sandbox meanwhile: the server never holds more than ``max_sessions`` sandboxes."""
         with self._lock:
             if session.closed:
                 return
             session.closed, session.expired = True, why
-            self.closed_sessions += 1
-            self.sessions.pop(session.id, None)
             if session.episode_id is not None:
                 key = (session.entry.name, session.episode_id)
                 if self.http_sessions.get(key) is session:
@@ -213,7 +215,9 @@ class EnvServer:
             if self._closing:
                 session.sandbox.close()
             else:
-                self._idle.append(session.sandbox)
+                self._idle.append((session.entry.name, session.sandbox))
+            self.sessions.pop(session.id, None)
+            self.closed_sessions += 1
         log.info("session %s closed%s", session.id, f" ({why})" if why else "")
 
     def warm(self, count: int) -> None:
@@ -223,7 +227,16 @@ class EnvServer:
             sandbox = Sandbox(self._sandbox_config)
             sandbox.start()
             with self._lock:
-                self._idle.append(sandbox)
+                self._idle.append(("", sandbox))
+
+    def _take_idle(self, name: str) -> Sandbox | None:
+        """An idle sandbox for environment ``name`` (the caller holds the lock): one whose worker has it
+        loaded, else one that has loaded nothing, else the one idle longest."""
+        for wanted in (name, ""):
+            for index in range(len(self._idle) - 1, -1, -1):
+                if self._idle[index][0] == wanted:
+                    return self._idle.pop(index)[1]
+        return self._idle.pop(0)[1] if self._idle else None
 
     async def run(self, fn, *args):
         """``fn(*args)`` in the server's threads (sandbox calls block)."""
@@ -370,7 +383,7 @@ class EnvServer:
             self.close(session, "the server shut down")
         with self._lock:
             idle, self._idle = self._idle, []
-        for sandbox in idle:
+        for _, sandbox in idle:
             sandbox.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("server shut down: %d sessions closed", len(sessions))
