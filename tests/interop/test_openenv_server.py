@@ -403,6 +403,19 @@ def test_finished_http_episodes_free_their_sessions_under_a_trainers_load(tmp_pa
         server.stop()  # asserts status 0 and no sandbox worker left
 
 
+def test_an_http_episode_that_fails_gives_its_session_back_and_keeps_its_state(served):
+    url = served.base + "/envs/crash"
+    assert requests.post(url + "/reset", json={"seed": 0, "episode_id": "c1"}).json()["done"] is False
+    served.wait_sessions(1)
+    answer = requests.post(url + "/step", json={"action": {"message": "odd"}, "episode_id": "c1"}).json()
+    assert answer["done"] is True and answer["observation"]["error_reason"] == "crashed"
+    served.wait_sessions(0)  # freed with the episode, not after the idle timeout
+    state = requests.get(url + "/state", params={"episode_id": "c1"}).json()
+    assert (state["done"], state["step_count"], state["episode_return"]) == (True, 1, 0.0)
+    assert requests.post(url + "/reset", json={"seed": 0, "episode_id": "c1"}).json()["done"] is False
+    served.wait_sessions(1)  # the same episode_id plays again, on a fresh worker
+
+
 DEEP = 100_000  # far past Python's recursion limit: json.loads raises RecursionError
 
 
