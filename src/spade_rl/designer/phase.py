@@ -166,8 +166,16 @@ def design_environments(
     config: DesignPhaseConfig,
     rng: random.Random,
     iteration: int,
+    *,
+    side: Policy | None = None,
 ) -> list[Design]:
-    """Propose ``config.n`` environments, validate them and record them all in the archive."""
+    """Propose ``config.n`` environments, validate them and record them all in the archive.
+
+    ``side``: who writes what never trains: the two-call mode's hints, the LLM validator's verdicts and the
+    repairs (default: ``policy``). The loop passes none; the verifiers environment
+    (``spade_rl.interop.verifiers``) gives the designs to its trainable designer seat and the rest to a seat
+    that does not train, so that only the designs get the designer's reward there, as here."""
+    side = side if side is not None else policy
     if config.n is None:
         raise ValueError("DesignPhaseConfig.n is not set: say how many environments to propose")
     thinking = thinking_flag(policy, config.thinking, key="design.thinking")
@@ -237,10 +245,10 @@ def design_environments(
             len(editable),
             kinds.count("edit_fallback"),
         )
-    designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0)
+    designs = _attempt(policy, archive, executor, config, rng, iteration, plans, thinking, 0, side=side)
     latest = list(designs)
     repaired = repair_designs(
-        _attempt, policy, archive, executor, config, rng, iteration, plans, designs, thinking
+        _attempt, side, archive, executor, config, rng, iteration, plans, designs, thinking
     )
     for i, design in repaired.items():
         latest[i] = design
@@ -263,10 +271,11 @@ def design_environments(
                 [plans[i] for i in failed],
                 thinking,
                 attempt,
+                side=side,
             )
             fixed = repair_designs(
                 _attempt,
-                policy,
+                side,
                 archive,
                 executor,
                 config,
@@ -293,9 +302,13 @@ def _attempt(
     thinking: bool | None,
     attempt: int,
     repair: tuple[int, list[int]] | None = None,
+    *,
+    side: Policy | None = None,
 ) -> list[Design]:
     """One try at each plan (skill, document, memory, chat): generate, parse, hint, validate, and record
-    every proposal in the archive. ``repair``: (round, the archive id each plan repairs), for a repair."""
+    every proposal in the archive. ``repair``: (round, the archive id each plan repairs), for a repair.
+    ``side``: who writes the hints and the LLM validator's verdicts (default: ``policy``)."""
+    side = side if side is not None else policy
     # A kit form forces the answer to open with the class and stops at the end of its block; "tool_kit"
     # with thinking on (the reference's Qwen3-8B runs) lets the designer think, then write its block.
     forced = config.form in KIT_OF_FORM and not (config.form == "tool_kit" and config.thinking == "on")
@@ -354,7 +367,7 @@ def _attempt(
                 top_p=config.top_p,
                 seed=rng.randrange(2**31),
             )
-            hint_generated = policy.generate(chats, hint_settings, thinking=thinking)
+            hint_generated = side.generate(chats, hint_settings, thinking=thinking)
             for i, chat, generation in zip(wanted, chats, hint_generated, strict=True):
                 text = strip_thinking(generation.text, opened=opened)
                 hint = parse_hint(text, truncated=generation.finish_reason == "length", rules=rules)
@@ -370,7 +383,7 @@ def _attempt(
         reports[i] = report
     judged: dict[int, str] = {}
     if config.validation.llm_validator.enabled:
-        judged = llm_validate(policy, config, parsed, reports, thinking, rng)
+        judged = llm_validate(side, config, parsed, reports, thinking, rng)
 
     outcomes = []
     for i, (plan, generation, result) in enumerate(zip(plans, generations, parsed, strict=True)):

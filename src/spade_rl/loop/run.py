@@ -47,7 +47,6 @@ from pathlib import Path
 from spade_rl.archive import Archive
 from spade_rl.archive.sampling import draw_pool
 from spade_rl.corpus import Corpus
-from spade_rl.design.validate import play_kwargs
 from spade_rl.designer.gauge import Gauge, gaming_gauge
 from spade_rl.designer.phase import design_environments
 from spade_rl.designer.reward import STATE_FILE, DesignerRewards, add_designer_samples
@@ -57,6 +56,7 @@ from spade_rl.executor import make_executor
 from spade_rl.loop.config import ConfigError, EvalConfig, RunConfig, load_run_config
 from spade_rl.loop.distributed import Processes
 from spade_rl.loop.guard import FLAG_REASONS, flag_changed
+from spade_rl.loop.plays import group_specs
 from spade_rl.loop.pool import retired_designs, seed_pool
 from spade_rl.loop.probe import make_probe
 from spade_rl.loop.rundir import RunDirectory
@@ -77,7 +77,7 @@ from spade_rl.memory import PhaseMeter, release_unused_memory
 from spade_rl.policy import Policy, make_policy
 from spade_rl.policy.thinking import thinking_flag
 from spade_rl.rewards import zscore_advantages
-from spade_rl.rollout import EpisodeSpec, run_episodes
+from spade_rl.rollout import run_episodes
 from spade_rl.sandbox import Sandbox
 from spade_rl.stats import bad_turn_share, play_stats
 from spade_rl.train import sample_from_episode
@@ -330,27 +330,10 @@ class SelfPlay:
         records = [self.archive.get(env_id) for env_id in dict.fromkeys(env_ids)]
         by_id = {r.env_id: r for r in records}
         max_turns = self.config.design_phase.validation.max_turns
-        kwargs = {r.env_id: play_kwargs(r.source, r.env_kwargs, max_turns) for r in records}
         slots = [PlayTag(env_id, False, env_ids[:n].count(env_id)) for n, env_id in enumerate(env_ids)]
         specs = []
         for slot in slots:
-            r = by_id[slot.env_id]
-            designed = r.origin == "designer"
-            shared = rng.randrange(2**31) if loop.seeds_shared(designed) else None
-            hinted = bool(r.hint.strip()) and (loop.hint_plays_for == "all" or designed)
-            for use_hint in (False, True):
-                for _ in range(plays[use_hint] if hinted or not use_hint else 0):
-                    specs.append(
-                        EpisodeSpec(
-                            r.source,
-                            seed=shared if shared is not None else rng.randrange(2**31),
-                            hint=r.hint,
-                            use_hint=use_hint,
-                            setting=r.setting,
-                            env_kwargs=kwargs[r.env_id],
-                            tag=slot._replace(use_hint=use_hint),
-                        )
-                    )
+            specs += group_specs(by_id[slot.env_id], plays, loop, max_turns, rng, slot)
         episodes = run_episodes(
             self.policy, self.executor, specs, self.config.rollout, seed=rng.randrange(2**31)
         )

@@ -11,6 +11,10 @@ For tests and for trying the ``servers`` backend without a GPU. It answers, in t
   prompt, ``return_token_ids``, ``logprobs``, ``seed``, ``stop``, ``stop_token_ids``, ``top_k``: one
   ``TransformersPolicy.generate_tokens`` call per request (its log-probs are the tempered, "processed" ones;
   a request without a seed draws one from the server's own generator);
+- what verifiers' clients call (issue 57): ``POST /v1/chat/completions`` (its eval client: messages rendered
+  with the policy's chat template, the answer as ``message.content``) and ``POST /inference/v1/generate``
+  (its train client: ``token_ids`` and ``sampling_params`` in, vLLM's answer out: ``choices[].token_ids``,
+  ``logprobs.content[]`` as ``{"token": "token_id:<id>", "logprob": ...}``, ``finish_reason``);
 - development-mode routes (``dev_mode=True``, as with ``VLLM_SERVER_DEV_MODE=1``; 404 otherwise):
   ``GET /server_info`` (``model_config.dtype`` / ``logprobs_mode``, ``weight_transfer_config``,
   ``scheduler_config.max_num_seqs``),
@@ -122,6 +126,8 @@ class FakeVLLMServer(ThreadingHTTPServer):
         self.timeout_s = timeout_s
         self.lock = threading.Lock()
         self.calls: list[tuple[str, Any]] = []  # (route, body) of every request, in order of arrival
+        self.chats: list[list[dict]] = []  # every chat /v1/chat/completions answered
+        self.generated: list[tuple[list[int], list[int]]] = []  # /inference/v1/generate: (prompt, completion)
         self.fail_next = 0
         self.weight_version: str | None = None
         self.prefix_cache_resets = 0
@@ -218,6 +224,82 @@ class FakeVLLMServer(ThreadingHTTPServer):
                 "completion_tokens": completion_tokens,
                 "total_tokens": len(prompt) + completion_tokens,
             },
+        }
+
+    def _settings(self, params: dict[str, Any], logprobs: bool) -> SamplingSettings:
+        """vLLM's sampling parameters (as the chat and generate routes take them) as spade-rl's."""
+        budget = params.get("max_tokens") or params.get("max_completion_tokens") or 16
+        stop = params.get("stop") or ()
+        return SamplingSettings(
+            max_new_tokens=int(budget),
+            temperature=float(1.0 if params.get("temperature") is None else params["temperature"]),
+            top_p=float(params.get("top_p") or 1.0),
+            top_k=max(0, int(params.get("top_k") or 0)),
+            seed=params["seed"] if params.get("seed") is not None else self._unseeded.randrange(2**31),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+            stop_token_ids=tuple(params.get("stop_token_ids") or ()),
+            include_stop_string=bool(params.get("include_stop_str_in_output", False)),
+            logprobs=logprobs,
+        )
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/v1/chat/completions``: the messages rendered by the policy's chat template, one completion."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("messages must be a non-empty list")
+        chat = [{"role": str(m.get("role")), "content": _text(m.get("content"))} for m in messages]
+        settings = self._settings(body, logprobs=False)
+        with self.lock:
+            prompt = self.policy.render(chat, add_generation_prompt=True)
+            [g] = self.policy.generate_tokens([prompt], settings)
+        self.chats.append(chat)
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": g.text},
+                    "finish_reason": "length" if g.finish_reason == "length" else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(g.completion_token_ids or ()),
+                "total_tokens": len(prompt) + len(g.completion_token_ids or ()),
+            },
+        }
+
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/inference/v1/generate``: a token prompt in, vLLM's token-level answer out."""
+        prompt = body.get("token_ids")
+        if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
+            raise ValueError("token_ids must be a non-empty list of token ids")
+        params = body.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise ValueError("sampling_params must be an object")
+        settings = self._settings(params, logprobs=True)
+        with self.lock:
+            [g] = self.policy.generate_tokens([prompt], settings)
+        ids = list(g.completion_token_ids or ())
+        content = [
+            {"token": f"token_id:{t}", "logprob": float(lp)}
+            for t, lp in zip(ids, g.completion_logprobs or (), strict=True)
+        ]
+        self.generated.append((list(prompt), ids))
+        return {
+            "request_id": f"gen-{len(self.generated)}",
+            "prompt_token_ids": list(prompt),
+            "choices": [
+                {
+                    "index": 0,
+                    "token_ids": ids,
+                    "logprobs": {"content": content},
+                    "finish_reason": "length" if g.finish_reason == "length" else "stop",
+                }
+            ],
         }
 
     def server_info(self) -> dict[str, Any]:
@@ -318,6 +400,13 @@ _DEV_ROUTES = {
 }
 
 
+def _text(content: Any) -> str:
+    """A chat message's content as text (a list of parts: their text joined)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: FakeVLLMServer
 
@@ -373,6 +462,10 @@ class _Handler(BaseHTTPRequestHandler):
             if body.get("model") != SERVED_MODEL:
                 return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
             return 200, server.complete(body)
+        if post and route == "/v1/chat/completions":
+            return 200, server.chat(body)
+        if post and route == "/inference/v1/generate":
+            return 200, server.generate(body)
         if get and route == "/server_info":
             if query.get("config_format") != ["json"]:
                 return 200, {"vllm_config": "text form"}

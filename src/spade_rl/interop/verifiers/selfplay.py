@@ -1,0 +1,357 @@
+"""One SPADE round as a verifiers v1 multi-agent environment: a designer seat and agent seats.
+
+    vf-eval spade-selfplay --env.config configs/spade-paper-games.toml --env.run-dir runs/prime ...
+
+(the package ``environments/spade_selfplay`` exports the classes below under the id ``spade-selfplay``).
+An episode is one round of ``spade-rl run``'s loop for one design, built on spade-rl's own parts:
+
+1. **design** (seat ``proposer``, trainable with ``train_proposer``): :func:`spade_rl.designer.phase.
+   design_environments` with one proposal: the same grounding (a corpus document, a skill, memory examples
+   from the archive, edits of frontier entries), prompts, parsing, validation in spade-rl's sandbox with
+   the same gates as the loop, and archive record. Its model calls are the seat's turns (``SeatPolicy``).
+   The calls that never train in the loop either (the two-call mode's hint, the LLM validator, repairs)
+   go to seat ``designer_side``, which never trains;
+2. **play** (seats ``solver`` and ``hinted``): each valid design is played K times without the hint on
+   ``solver`` and ``loop.hint_plays`` times with it on ``hinted`` (the loop trains on no-hint plays only:
+   ``hinted`` never trains), with the loop's seeds (``spade_rl.loop.plays.group_specs``), system prompt,
+   turn limit and stop reasons (``spade_rl.rollout.play_episode``); the plays' statistics go into the
+   archive as the loop records them;
+3. **rewards**, written in ``finalize``: each play's return on its trace (``return``); the designer's
+   reward on its design's trace (``designer``) from the loop's own :class:`~spade_rl.designer.reward.
+   DesignerRewards` (its named terms, the regret paid at its lower confidence bound, the gate, the
+   validity floor, an invalid design's penalty), every term as a metric (``designer/term/...``).
+
+prime-rl's ``hierarchical_grpo`` (prime-rl: ``src/prime_rl/orchestrator/algo/hierarchical_grpo.py``;
+its config check ``packages/prime-rl-configs/src/prime_rl/configs/algorithm.py``) accepts an environment
+whose config is a ``proposer_solver.ProposerSolverEnvConfig``: where that package is installed (prime-rl
+installs it from its verifiers submodule), :class:`SpadeSelfPlayConfig` subclasses it, keeping its seats
+``proposer`` and ``solver``, its ``n`` and its ``train_proposer`` / ``train_solver`` flags; elsewhere it
+declares the same fields itself. With ``episode_agents = ["solver"]`` the agent's plays are compared within
+their design (the loop's GRPO group) and the designer's across the group's designs of one seed task.
+
+The spade-rl configuration (``config``: a TOML file, ``overrides``: ``key=value``) gives the grounding, the
+design form and prompts, validation, the rollout's turn limit and system prompts, the rewards and the
+archive (``run_dir``: ``archive.sqlite``, shared with ``spade-rl envs list/show/export`` and ``spade-rl
+report``). Refused there, with the key to change: ``rollout.action_prefix`` / ``action_stop`` (a seat writes
+whole turns through a chat API, nothing can open them for it), thinking modes other than "template" (the
+seat's sampling decides), and ``rewards.delay`` > 0 (an episode rewards its own design). Not read: what
+verifiers and the trainer own (the policy and its sampling, which are each seat's, the learner, the loop's
+iteration counts, ``loop.designs_per_iteration``: one design per episode, the group is prime-rl's
+``group_size``; the designer warm-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from spade_rl.interop.verifiers.seats import SeatPolicy, play_on_seat
+
+log = logging.getLogger(__name__)
+
+LOCAL = {"runtime": {"type": "subprocess"}}  # verifiers' default runtime is a remote sandbox
+
+try:  # what prime-rl's hierarchical_grpo checks the environment's config against
+    from proposer_solver import ProposerSolverEnvConfig as _SeatsConfig
+
+    HIERARCHICAL = True
+except ImportError:
+    HIERARCHICAL = False
+
+    class _SeatsConfig(vf.EnvConfig):  # the same fields, where proposer_solver is not installed
+        proposer: vf.AgentConfig = vf.AgentConfig()
+        solver: vf.AgentConfig = vf.AgentConfig()
+        n: int = Field(4, ge=1)
+        train_proposer: bool = True
+        train_solver: bool = True
+
+
+class SpadeSelfPlayConfig(_SeatsConfig):
+    """The seats and the spade-rl run behind them (see the module docstring)."""
+
+    proposer: vf.AgentConfig = vf.AgentConfig(**LOCAL)  # the designer: writes environments
+    solver: vf.AgentConfig = vf.AgentConfig(**LOCAL)  # the agent without the hint
+    hinted: vf.AgentConfig = vf.AgentConfig(**LOCAL)  # the agent with the hint (never trains)
+    designer_side: vf.AgentConfig = vf.AgentConfig(**LOCAL)  # hints, verdicts, repairs (never trains)
+    n: int | None = Field(None, ge=1)  # plays without the hint; None: the config's loop.plays_per_env
+    config: str | None = None  # a spade-rl TOML; None: the CPU profile's defaults
+    # key=value, as `spade-rl run` takes them. The default clears the CPU profile's forced turn opening, which a
+    # seat cannot honour (refuse_unusable); a list given here replaces it whole.
+    overrides: list[str] = Field(
+        default_factory=lambda: ["rollout.action_prefix={}", "rollout.action_stop={}"]
+    )
+    run_dir: str = "runs/verifiers"  # archive.sqlite and designer_rewards.json live here
+
+
+class SeedData(vf.TaskData):
+    """A seed task: the round's random draws (document, skill, memory, play seeds) come from ``seed``."""
+
+    seed: int
+
+
+class SeedTask(vf.Task[SeedData]):
+    """One SPADE round; the environment judges it (``finalize``)."""
+
+
+class SpadeSeedTasksetConfig(vf.TasksetConfig):
+    size: int = Field(100_000, ge=1)  # seed tasks 0 .. size-1
+
+
+class SpadeSeedTaskset(vf.Taskset[SeedTask, SpadeSeedTasksetConfig]):
+    """Seed tasks for rounds: task ``i`` draws its grounding from seed ``i`` (the designs of one task's
+    group are grounded alike and compared with each other by hierarchical GRPO)."""
+
+    def load(self):
+        for i in range(self.config.size):
+            yield SeedTask(SeedData(name=f"round-{i}", seed=i), self.config.task)
+
+
+class Round:
+    """What an environment instance holds between episodes: the run configuration, the corpus, the
+    executor (spade-rl's sandbox), the archive (used from one thread only: SQLite's rule) and the designer's
+    reward state, saved after every episode."""
+
+    def __init__(self, config: SpadeSelfPlayConfig) -> None:
+        from spade_rl.loop.config import load_config
+
+        self.run = load_config(config.config, list(config.overrides))
+        refuse_unusable(self.run)
+        self.run_dir = Path(config.run_dir)
+        self.plays = {
+            False: config.n if config.n is not None else self.run.loop.plays_per_env,
+            True: self.run.loop.hint_plays,
+        }
+        self.archive_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spade-archive")
+        # play threads wait on their seat's turns: one per play of an episode, several episodes at once
+        self.play_threads = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="spade-play")
+        self.lock = asyncio.Lock()  # one design phase at a time (the archive's draws and records)
+        self.archive: Any = None
+        self.executor: Any = None
+        self.corpus: Any = None
+        self.rewards: Any = None
+        self.iteration = 0
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.archive_thread, self._open)
+
+    def _open(self) -> None:
+        from spade_rl.archive import Archive
+        from spade_rl.corpus import Corpus
+        from spade_rl.designer.reward import DesignerRewards
+        from spade_rl.envs.external import external_sandbox_config
+        from spade_rl.executor import make_executor
+        from spade_rl.loop.config import save_config
+        from spade_rl.loop.pool import seed_pool
+        from spade_rl.loop.rundir import RunDirectory
+
+        run = self.run
+        self.files = RunDirectory.open(self.run_dir)
+        if not (self.run_dir / "config.json").exists():  # what `spade-rl report` reads beside the archive
+            save_config(run, self.run_dir / "config.json")
+        self.corpus = Corpus.from_config(run.corpus)
+        self.executor = make_executor(run.executor, external_sandbox_config(run.sandbox, run.pool.packages))
+        self.executor.start()
+        self.archive = Archive(self.run_dir / "archive.sqlite", run.archive)
+        seed_pool(self.archive, self.executor, run.pool, run.design_phase.validation)
+        self.rewards = DesignerRewards(run.rewards, run.loop.regenerate_every, run.design.invalid)
+        state = self.run_dir / "designer_rewards.json"
+        if state.exists():
+            self.rewards.restore(state)
+        # A round is an iteration of the archive's records: a run folder used again goes on after its last
+        self.iteration = max((self.archive.get(i).iteration for i in self.archive.ids()), default=0)
+
+    async def stop(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.archive_thread, self._close)
+        self.archive_thread.shutdown()
+        self.play_threads.shutdown()
+
+    def _close(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+        if self.archive is not None:
+            self.archive.close()
+
+    # --- one episode ---------------------------------------------------------------------------------
+    def design(self, designer: SeatPolicy, side: SeatPolicy, seed: int) -> tuple[int, list, random.Random]:
+        """One proposal through the loop's design phase (in the archive thread)."""
+        from spade_rl.designer.phase import design_environments
+
+        self.iteration += 1
+        rng = random.Random(seed)
+        phase = dataclasses.replace(self.run.design_phase, n=1)
+        designs = design_environments(
+            designer, self.corpus, self.archive, self.executor, phase, rng, self.iteration, side=side
+        )
+        return self.iteration, designs, rng
+
+    def specs(self, env_id: int, rng: random.Random) -> list:
+        from spade_rl.loop.plays import group_specs
+        from spade_rl.loop.stages import PlayTag
+
+        record = self.archive.get(env_id)
+        max_turns = self.run.design_phase.validation.max_turns
+        return group_specs(record, self.plays, self.run.loop, max_turns, rng, PlayTag(env_id, False))
+
+    def reward(self, designs: list, played: list, iteration: int) -> list[tuple[Any, float, dict]]:
+        """Each design's reward and its terms, from the loop's DesignerRewards (delay 0: at once); the
+        plays' statistics recorded in the archive as the loop records them."""
+        from spade_rl.stats import iteration_means
+
+        for env in played:
+            self.archive.record_stats(env.env_id, iteration, env.stats, mode="merge")
+        out = []
+        line: dict[str, Any] = {}
+        for design in designs:  # one at a time: each due reward is its design's
+            due = self.rewards.step([design], played, iteration, last=True)
+            metrics = self.rewards.metrics()
+            line.update(metrics)
+            if due:
+                out.append((design, float(due[0].reward), metrics))
+        self.rewards.save(self.run_dir / "designer_rewards.json")
+        # The round's line in metrics.jsonl, under the loop's names (no training here: the trainer's own)
+        frontier = (self.run.archive.frontier_low, self.run.archive.frontier_high)
+        means = iteration_means([p.stats for p in played], frontier)
+        line.update(
+            {
+                "iteration": iteration,
+                "designer/proposed": len(designs),
+                "designer/valid_rate": sum(d.valid for d in designs) / len(designs) if designs else None,
+                "designer/reasons": dict(Counter(d.reason for d in designs)),
+                "designer/reward_mean": sum(r for _, r, _ in out) / len(out) if out else None,
+                "agent/envs": means.envs,
+                "agent/win_rate": means.win_rate,
+                "agent/win_rate_hint": means.win_rate_hint,
+                "regret/mean": means.regret,
+                "frontier/fraction": means.frontier_fraction,
+            }
+        )
+        self.files.append_metrics(line)
+        return out
+
+
+def refuse_unusable(run: Any) -> None:
+    """The spade-rl settings a verifiers round cannot honour, refused with the key to change."""
+    from spade_rl.loop.config import ConfigError
+
+    forced = sorted(s for s, prefix in run.rollout.action_prefix.items() if prefix)
+    stops = sorted(s for s, stop in run.rollout.action_stop.items() if stop)
+    if forced or stops:
+        raise ConfigError(
+            f"rollout.action_prefix / action_stop are set for {forced or stops}: a verifiers seat writes "
+            "whole turns through a chat API, and nothing can open or cut them for it; set "
+            "rollout.action_prefix = {} and rollout.action_stop = {} (the paper configurations have none)"
+        )
+    for key, mode in (("rollout.thinking", run.rollout.thinking), ("design.thinking", run.design.thinking)):
+        if mode != "template":
+            raise ConfigError(
+                f"{key} = {mode!r}: a seat's thinking is its sampling's (verifiers' [env.<seat>.sampling]); "
+                f"set {key} = 'template'"
+            )
+    if run.rewards.delay:
+        raise ConfigError(
+            f"rewards.delay = {run.rewards.delay}: an episode rewards its own design from its own plays "
+            "(prime-rl trains the episode that played it); set rewards.delay = 0"
+        )
+
+
+class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
+    """One SPADE round per episode (see the module docstring)."""
+
+    def __init__(self, config: SpadeSelfPlayConfig) -> None:
+        super().__init__(config)
+        self.round = Round(config)
+
+    async def start(self) -> None:
+        await super().start()
+        await self.round.start()
+
+    async def stop(self) -> None:
+        await self.round.stop()
+        await super().stop()
+
+    async def setup(self, agents: Any) -> None:
+        agents.proposer.trainable = self.config.train_proposer
+        agents.solver.trainable = self.config.train_solver
+        agents.hinted.trainable = False  # the loop never trains on a play with the hint
+        agents.designer_side.trainable = False  # hints, verdicts, repairs: never trained in the loop
+
+    async def run(self, task: Any, agents: Any) -> None:
+        from spade_rl.loop.stages import DESIGNED_FAMILY, PlayedEnv
+        from spade_rl.stats import play_stats
+
+        loop = asyncio.get_running_loop()
+        state = self.round
+        idx = task.data.idx
+        designer = SeatPolicy(agents.proposer, loop, "design", idx)
+        side = SeatPolicy(agents.designer_side, loop, "designer_side", idx)
+        async with state.lock:
+            iteration, designs, rng = await loop.run_in_executor(
+                state.archive_thread, state.design, designer, side, task.data.seed
+            )
+            valid = [d for d in designs if d.valid]
+            specs = {}
+            for design in valid:
+                specs[design.env_id] = await loop.run_in_executor(
+                    state.archive_thread, state.specs, design.env_id, rng
+                )
+        played = []
+        for design in valid:
+            plays = []
+            async with asyncio.TaskGroup() as group:
+                for spec in specs[design.env_id]:
+                    seat = agents.hinted if spec.use_hint else agents.solver
+                    plays.append(
+                        group.create_task(
+                            play_on_seat(
+                                seat,
+                                spec,
+                                state.executor,
+                                state.run.rollout,
+                                state.play_threads,
+                                env_id=design.env_id,
+                                idx=idx,
+                            )
+                        )
+                    )
+            episodes = [p.result()[0] for p in plays]
+            nohint = [e for e in episodes if not e.spec.use_hint]
+            hint = [e for e in episodes if e.spec.use_hint]
+            stats = play_stats(nohint, hint)
+            played.append(PlayedEnv(design.env_id, nohint, hint, stats, family=DESIGNED_FAMILY))
+        async with state.lock:
+            paid = await loop.run_in_executor(state.archive_thread, state.reward, designs, played, iteration)
+        for design, reward, metrics in paid:
+            trace = designer.trace_of(design.generation)
+            if trace is None:  # a repair's design: written by designer_side, never trained
+                continue
+            trace.info["spade"] = {
+                "purpose": "design",
+                "env_id": design.env_id,
+                "valid": design.valid,
+                "reason": design.reason,
+                "iteration": iteration,
+                "designer_reward": reward,
+                "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},
+            }
+
+    async def finalize(self, task: Any, episode: Any) -> None:
+        for trace in episode.traces:
+            info = trace.info.get("spade") or {}
+            if info.get("purpose") == "play":
+                trace.record_reward("return", float(info["return"]))
+                trace.record_metric("won", float(info["won"]))
+                trace.record_metric("turns", float(info["turns"]))
+            elif info.get("purpose") == "design" and "designer_reward" in info:
+                trace.record_reward("designer", float(info["designer_reward"]))
+                trace.record_metric("valid", float(info["valid"]))
+                for name, value in info["metrics"].items():
+                    trace.record_metric(name, float(value))

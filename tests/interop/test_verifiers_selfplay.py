@@ -1,0 +1,323 @@
+"""SPADE's round as a verifiers v1 multi-agent environment (issue 57), end to end through verifiers' own
+runner (``vf.load_environment``, ``env.serving()``, ``env.run_episode``) and both of its clients, against
+the loopback vLLM stand-in on 127.0.0.1, with the real sandbox: a scripted model whose designer writes a
+valid game (every seat's reward checked against spade-rl's reward code on the same plays, replayed), and
+real models (the tiny random one; the default model, slow) whose traces must carry token ids, masks and
+log-probs for every seat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install -e '.[verifiers]'")
+
+from fixture_envs import PARITY, SCRIPTED, designer_output  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "environments" / "spade_selfplay"
+GAMES_PROMPT = "You are playing a text game"
+KEY = "SPADE_RL_TEST_KEY"
+ROUND = [
+    *SCRIPTED,
+    "loop.plays_per_env=3",
+    "loop.hint_plays_per_env=2",
+    "rollout.max_turns=2",
+    "sandbox.call_timeout_s=2",
+    "design.validation.call_timeout_s=2",
+]
+
+
+@pytest.fixture
+def selfplay(monkeypatch: pytest.MonkeyPatch):
+    """The environment package importable as verifiers' loader imports it (the id's module)."""
+    monkeypatch.syspath_prepend(str(PACKAGE))
+    monkeypatch.setenv(KEY, "loopback")
+    for name in [m for m in sys.modules if m == "spade_selfplay"]:
+        del sys.modules[name]
+    import spade_selfplay
+
+    return spade_selfplay
+
+
+def scripted_answer(chat: list[dict]) -> str:
+    """The designer writes the parity game; an agent says one character (wins half the seeds)."""
+    text = chat[-1]["content"]
+    return "x" if GAMES_PROMPT in text else designer_output(PARITY)
+
+
+def train_client(server, tokenizer_dir: Path):
+    from renderers import DefaultRendererConfig
+
+    return vf.TrainClientConfig(
+        base_url=server.base_url,
+        api_key_var=KEY,
+        renderer=DefaultRendererConfig(),
+        renderer_model_name=str(tokenizer_dir),
+    )
+
+
+def run_round(config: dict, client, max_tokens: int, tasks: int = 1):
+    """``tasks`` episodes of the environment ``config`` describes, through verifiers' runner."""
+    resolved = vf.resolve_env_config({"taskset": {"id": "spade-selfplay"}, **config})
+    env = vf.load_environment(resolved)
+    ctx = vf.ModelContext(
+        model="fake-vllm", client=client, sampling=vf.SamplingConfig(temperature=1.0, max_tokens=max_tokens)
+    )
+
+    async def go():
+        async with env.serving():
+            return [await env.run_episode(task, ctx) for task in list(env.taskset.take(tasks))]
+
+    return resolved, asyncio.run(go())
+
+
+def by_seat(episode) -> dict[str, list]:
+    seats: dict[str, list] = {}
+    for trace in episode.traces:
+        seats.setdefault(trace.agent.name, []).append(trace)
+    return seats
+
+
+def assert_tokens(trace) -> None:
+    """The train client's trajectory: token ids, a mask on what was sampled, one log-prob per masked token."""
+    sampled = [node for node in trace.nodes if node.sampled]
+    assert sampled, trace.agent.name
+    for node in sampled:
+        assert node.token_ids and any(node.mask), trace.agent.name
+        assert len(node.mask) == len(node.token_ids)
+        assert len(node.logprobs) == sum(node.mask)
+
+
+def test_a_round_pays_every_seat_what_spade_rls_reward_code_gives_the_same_plays(selfplay, tmp_path):
+    from spade_rl.loop.config import load_config
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.models import default_tokenizer, resolve_model
+    from spade_rl.rewards import designer_terms, paid_reward, regret_bound
+    from spade_rl.rollout import EpisodeSpec, play_episode
+    from spade_rl.sandbox import Sandbox
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    tokenizer = default_tokenizer()
+    policy = FakePolicy(scripted_answer, tokenizer=tokenizer)
+    run_dir = tmp_path / "run"
+    with FakeVLLMServer(policy) as server:
+        config, [episode] = run_round(
+            {"overrides": ROUND, "run_dir": str(run_dir)},
+            train_client(server, resolve_model(None, tokenizer_only=True)),
+            max_tokens=2048,
+        )
+    assert isinstance(config, selfplay.SpadeSelfPlayConfig)
+    assert episode.ok, episode.errors
+    seats = by_seat(episode)
+    assert [len(seats.get(s, [])) for s in ("proposer", "solver", "hinted")] == [1, 3, 2]
+    assert not seats["hinted"][0].agent.trainable and seats["solver"][0].agent.trainable
+    for traces in seats.values():
+        for trace in traces:
+            assert_tokens(trace)
+
+    # Each play's return is what the game gives its actions, replayed in the sandbox
+    run = load_config(None, ROUND)
+    [design] = seats["proposer"]
+    info = design.info["spade"]
+    assert info["valid"], info
+    returns: dict[bool, list[float]] = {False: [], True: []}
+    won: list[bool] = []
+    with Sandbox() as sandbox:
+        for trace in seats["solver"] + seats["hinted"]:
+            played = trace.info["spade"]
+            actions = iter([m.content for m in trace.assistant_messages])
+            spec = EpisodeSpec(
+                PARITY, seed=played["seed"], hint="Count the characters.", use_hint=played["use_hint"]
+            )
+            replay = play_episode(sandbox, spec, run.rollout, lambda episode, actions=actions: next(actions))
+            assert trace.rewards["return"].score == pytest.approx(replay.return_)
+            returns[played["use_hint"]].append(replay.return_)
+            if not played["use_hint"]:
+                won.append(replay.won)
+    # The designer's reward: the loop's terms over the same plays (regret at its lower confidence bound)
+    config_rewards = run.rewards
+    wins = sum(won) / len(won)
+    regret = regret_bound(returns[True], returns[False], config_rewards.regret_confidence)
+    expected = paid_reward(designer_terms(wins, regret, config_rewards), config_rewards, gate=True)
+    assert design.rewards["designer"].score == pytest.approx(expected)
+    assert design.metrics["designer/term/regret"] == pytest.approx(regret)
+    assert design.metrics["designer/term/learnability"] == pytest.approx(4 * wins * (1 - wins))
+
+    # The archive and the metrics are the loop's: spade-rl's tools read them
+    from spade_rl.archive import Archive
+
+    with Archive(run_dir / "archive.sqlite") as archive:
+        record = archive.get(info["env_id"])
+        assert record.valid and record.origin == "designer"
+        [stats] = [h.stats for h in archive.stats_history(info["env_id"])]
+        assert (stats.episodes_nohint, stats.episodes_hint) == (3, 2)
+    [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert line["designer/proposed"] == 1 and line["designer/reward_mean"] == pytest.approx(expected)
+
+
+HINT_PROMPT = "You write short hints"
+
+
+def two_call_answer(chat: list[dict]) -> str:
+    """The two-call mode: the design without a hint, then the hint in a call of its own."""
+    text = chat[-1]["content"]
+    if GAMES_PROMPT in text:
+        return "x"
+    if HINT_PROMPT in text:
+        return "<hint>Count the characters of your answer.</hint>"
+    return f"```python\n{PARITY}```"
+
+
+def test_the_calls_that_never_train_go_to_a_seat_that_never_trains(selfplay, tmp_path):
+    """design.hint_mode = 'separate': the hint is written on seat designer_side (untrainable, no reward);
+    only the design's trace is the designer's, as only the design trains in the loop."""
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.models import default_tokenizer, resolve_model
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    policy = FakePolicy(two_call_answer, tokenizer=default_tokenizer())
+    with FakeVLLMServer(policy) as server:
+        _, [episode] = run_round(
+            {"overrides": [*ROUND, "design.hint_mode='separate'"], "run_dir": str(tmp_path / "run"), "n": 2},
+            train_client(server, resolve_model(None, tokenizer_only=True)),
+            max_tokens=2048,
+        )
+    assert episode.ok, episode.errors
+    seats = by_seat(episode)
+    [design], [side] = seats["proposer"], seats["designer_side"]
+    assert design.agent.trainable and not side.agent.trainable
+    assert side.info["spade"]["purpose"] == "designer_side" and not side.rewards
+    assert design.info["spade"]["valid"] and "designer" in design.rewards
+    assert len(seats["solver"]) == 2 and len(seats["hinted"]) == 2  # n plays without the hint
+    assert any(HINT_PROMPT in str(n.message.content) for n in side.nodes)
+
+
+def test_an_invalid_design_earns_the_loops_penalty_and_plays_nothing(selfplay, tmp_path):
+    """A real tiny model (random weights) through the eval client (/v1/chat/completions): its design does
+    not parse or validate, its trace gets the loop's penalty for that reason, no agent seat plays."""
+    from spade_rl.loop.config import load_config
+    from spade_rl.policy.models import tiny_random_model
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+    from spade_rl.rewards import invalid_design_reward
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    model, tokenizer = tiny_random_model()
+    with FakeVLLMServer(TransformersPolicy(model, tokenizer)) as server:
+        client = vf.EvalClientConfig(base_url=server.base_url, api_key_var=KEY)
+        _, [episode] = run_round(
+            {"overrides": ROUND, "run_dir": str(tmp_path / "run")}, client, max_tokens=24
+        )
+        assert server.chats, "the eval client calls /v1/chat/completions"
+    assert episode.ok, episode.errors
+    [design] = by_seat(episode)["proposer"]
+    assert set(by_seat(episode)) == {"proposer"}
+    info = design.info["spade"]
+    assert not info["valid"]
+    run = load_config(None, ROUND)
+    assert design.rewards["designer"].score == pytest.approx(
+        invalid_design_reward(info["reason"], run.rewards)
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        ([], None),  # the environment's default overrides clear the CPU profile's forced opening
+        (["loop.plays_per_env=2"], "rollout.action_prefix"),  # a list given replaces the default whole
+        (["rollout.action_prefix={}", "rollout.action_stop={}", "rewards.delay=2"], "rewards.delay"),
+        (
+            ["rollout.action_prefix={}", "rollout.action_stop={}", "rollout.thinking='off'"],
+            "rollout.thinking",
+        ),
+    ],
+)
+def test_settings_a_seat_cannot_honour_are_refused_with_the_key(selfplay, tmp_path, overrides, refused):
+    config = {"run_dir": str(tmp_path / "run"), **({"overrides": overrides} if overrides else {})}
+    resolved = vf.resolve_env_config({"taskset": {"id": "spade-selfplay"}, **config})
+    if refused is None:
+        env = vf.load_environment(resolved)
+        assert env.round.plays == {
+            False: env.round.run.loop.plays_per_env,
+            True: env.round.run.loop.hint_plays,
+        }
+        return
+    with pytest.raises(Exception, match=refused.replace(".", r"\.")):
+        vf.load_environment(resolved)
+
+
+def test_prime_rls_config_check_accepts_the_environment(monkeypatch, tmp_path):
+    """prime-rl's hierarchical_grpo accepts an environment whose config is an instance of
+    proposer_solver.ProposerSolverEnvConfig (prime-rl: packages/prime-rl-configs/src/prime_rl/configs/
+    algorithm.py, validate_env). Where that package is installed the config subclasses it; here a stand-in
+    with its fields (verifiers' environments/proposer_solver/proposer_solver/taskset.py) is installed."""
+    import importlib
+
+    package = tmp_path / "proposer_solver"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import verifiers.v1 as vf\nfrom pydantic import Field\n\n"
+        "class ProposerSolverEnvConfig(vf.EnvConfig):\n"
+        "    proposer: vf.AgentConfig = vf.AgentConfig()\n"
+        "    solver: vf.AgentConfig = vf.AgentConfig()\n"
+        "    n: int = Field(4, ge=1)\n"
+        "    train_proposer: bool = True\n"
+        "    train_solver: bool = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(PACKAGE))
+    import spade_rl.interop.verifiers.selfplay as selfplay_module
+
+    try:
+        reloaded = importlib.reload(selfplay_module)
+        from proposer_solver import ProposerSolverEnvConfig
+
+        assert reloaded.HIERARCHICAL
+        config = reloaded.SpadeSelfPlayConfig(run_dir=str(tmp_path / "run"))
+        assert isinstance(config, ProposerSolverEnvConfig)
+        assert config.train_proposer and config.train_solver and config.n is None
+        assert config.proposer.runtime.type == "subprocess"
+    finally:
+        monkeypatch.delitem(sys.modules, "proposer_solver", raising=False)
+        monkeypatch.undo()
+        importlib.reload(selfplay_module)
+
+
+@pytest.mark.slow
+def test_the_default_model_plays_a_round_with_token_level_traces_for_every_seat(selfplay, tmp_path):
+    """SmolLM2-135M (the default model) behind the loopback server, verifiers' train client: every seat's
+    trace carries token ids, masks and log-probs. Its designer writes the question form; a design that
+    fails still gives the designer's trace; a valid one gives the agent seats' too."""
+    from spade_rl.policy.models import load_pretrained, resolve_model
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    model, tokenizer = load_pretrained(None)
+    with FakeVLLMServer(TransformersPolicy(model, tokenizer)) as server:
+        _, episodes = run_round(
+            {
+                "overrides": [
+                    "rollout.action_prefix={}",
+                    "rollout.action_stop={}",
+                    "loop.plays_per_env=2",
+                    "loop.hint_plays_per_env=2",
+                    "rollout.max_turns=2",
+                ],
+                "run_dir": str(tmp_path / "run"),
+            },
+            train_client(server, resolve_model(None)),
+            max_tokens=200,
+            tasks=2,
+        )
+        assert server.generated, "the train client calls /inference/v1/generate"
+    for episode in episodes:
+        assert episode.ok, episode.errors
+        for traces in by_seat(episode).values():
+            for trace in traces:
+                assert_tokens(trace)
+        [design] = by_seat(episode)["proposer"]
+        assert "designer" in design.rewards
