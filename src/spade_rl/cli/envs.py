@@ -4,6 +4,7 @@ environments, and validation.
 spade-rl envs list [--archive RUN_DIR] [--valid-only] [--json]
 spade-rl envs show NAME|ID [--archive RUN_DIR]
 spade-rl envs export FILE.jsonl --archive RUN_DIR [--valid-only]
+spade-rl envs export OUT_DIR --archive RUN_DIR --format verifiers [--name spade-games]   (a verifiers taskset)
 spade-rl envs import FILE.jsonl --archive RUN_DIR [--skip-bad-lines]
 spade-rl envs validate FILE|NAME... [--hint TEXT] [--max-turns N] [--json]   (exit 1 if any is invalid)
 spade-rl envs serve [FILE|NAME...] [--archive RUN_DIR | --jsonl FILE] [--ids 3,7] [--port 8000]   (OpenEnv)
@@ -121,13 +122,45 @@ def envs_show(name: str, archive: Path | None = ARCHIVE_OPTION) -> None:
     print(record.source)
 
 
+EXPORT_FORMATS = ("jsonl", "verifiers")
+
+
 @envs_app.command("export")
 def envs_export(
-    out: Path = typer.Argument(..., help="The JSONL file to write."),
+    out: Path = typer.Argument(
+        ..., help="The JSONL file to write; with --format verifiers, a new folder for the package."
+    ),
     archive: Path = typer.Option(..., "--archive", "-a", help="A run directory or archive.sqlite file."),
-    valid_only: bool = typer.Option(False, "--valid-only", help="Only valid environments."),
+    valid_only: bool = typer.Option(
+        False, "--valid-only", help="Only valid environments (always so with --format verifiers)."
+    ),
+    format_: str = typer.Option(
+        "jsonl",
+        "--format",
+        help="jsonl: one environment per line (envs import reads it); verifiers: an installable verifiers "
+        "taskset package whose tasks play the valid environments in spade-rl's sandbox (hints optional).",
+    ),
+    name: str = typer.Option(
+        "spade-games", "--name", help="With --format verifiers: the package's name, and its verifiers id."
+    ),
 ) -> None:
-    """Export an archive's environments (with metadata and statistics) as JSONL, one per line."""
+    """Export an archive's environments (with metadata and statistics) as JSONL, one per line, or as a
+    verifiers taskset package (--format verifiers)."""
+    if format_ not in EXPORT_FORMATS:
+        raise fail(f"--format {format_!r} is unknown; allowed: {list(EXPORT_FORMATS)}")
+    if format_ == "verifiers":
+        from spade_rl.interop.verifiers.package import write_package
+
+        with open_archive(archive) as store:
+            try:
+                count = write_package(out, store.export_jsonl, name)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+        console.print(
+            f"wrote the verifiers taskset {name} ({count} valid environments) to {out}; install it with "
+            f"pip install -e {out} (beside spade-rl[verifiers]) and run it with vf-eval {name} ..."
+        )
+        return
     with open_archive(archive) as store:
         count = store.export_jsonl(out, valid_only=valid_only)
     console.print(f"wrote {count} environments to {out}")

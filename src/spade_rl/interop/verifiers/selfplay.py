@@ -84,8 +84,8 @@ class SpadeSelfPlayConfig(_SeatsConfig):
     designer_side: vf.AgentConfig = vf.AgentConfig(**LOCAL)  # hints, verdicts, repairs (never trains)
     n: int | None = Field(None, ge=1)  # plays without the hint; None: the config's loop.plays_per_env
     config: str | None = None  # a spade-rl TOML; None: the CPU profile's defaults
-    # key=value, as `spade-rl run` takes them. The default clears the CPU profile's forced turn opening, which a
-    # seat cannot honour (refuse_unusable); a list given here replaces it whole.
+    # key=value, as `spade-rl run` takes them. The default clears the CPU profile's forced turn opening,
+    # which a seat cannot honour (refuse_unusable); a list given here replaces it whole.
     overrides: list[str] = Field(
         default_factory=lambda: ["rollout.action_prefix={}", "rollout.action_stop={}"]
     )
@@ -238,8 +238,9 @@ class Round:
         return out
 
 
-def refuse_unusable(run: Any) -> None:
-    """The spade-rl settings a verifiers round cannot honour, refused with the key to change."""
+def refuse_unusable(run: Any, *, delay: bool = True) -> None:
+    """The spade-rl settings a verifiers seat cannot honour, refused with the key to change (``delay``: and
+    a delayed designer reward, which a round cannot pay)."""
     from spade_rl.loop.config import ConfigError
 
     forced = sorted(s for s, prefix in run.rollout.action_prefix.items() if prefix)
@@ -256,7 +257,7 @@ def refuse_unusable(run: Any) -> None:
                 f"{key} = {mode!r}: a seat's thinking is its sampling's (verifiers' [env.<seat>.sampling]); "
                 f"set {key} = 'template'"
             )
-    if run.rewards.delay:
+    if delay and run.rewards.delay:
         raise ConfigError(
             f"rewards.delay = {run.rewards.delay}: an episode rewards its own design from its own plays "
             "(prime-rl trains the episode that played it); set rewards.delay = 0"
