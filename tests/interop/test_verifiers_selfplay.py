@@ -321,3 +321,51 @@ def test_the_default_model_plays_a_round_with_token_level_traces_for_every_seat(
                 assert_tokens(trace)
         [design] = by_seat(episode)["proposer"]
         assert "designer" in design.rewards
+
+
+def test_vf_eval_runs_a_round_from_a_toml_file(selfplay, tmp_path):
+    """verifiers' own command line (``vf-eval @ FILE``) with the train client, offline, on the package;
+    its traces.jsonl holds the designer's reward and each play's return, with token ids."""
+    import os
+    import subprocess
+
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.models import default_tokenizer, resolve_model
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    vf_eval = Path(sys.executable).with_name("vf-eval")
+    if not vf_eval.exists():
+        pytest.skip(f"no vf-eval beside {sys.executable}")
+    policy = FakePolicy(scripted_answer, tokenizer=default_tokenizer())
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    with FakeVLLMServer(policy) as server:
+        eval_file = tmp_path / "eval.toml"
+        eval_file.write_text(
+            f'model = "fake-vllm"\npush = false\n\n[client]\ntype = "train"\nbase_url = "{server.base_url}"\n'
+            f'api_key_var = "{KEY}"\nrenderer_model_name = "{resolve_model(None, tokenizer_only=True)}"\n\n'
+            '[client.renderer]\nname = "default"\n\n[sampling]\nmax_tokens = 2048\n\n[select]\nlimit = 1\n\n'
+            f'[env]\nrun_dir = "{run_dir}"\noverrides = {json.dumps(ROUND)}\n\n'
+            '[env.taskset]\nid = "spade-selfplay"\n'
+        )
+        path = os.pathsep.join([str(PACKAGE), os.environ.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            [str(vf_eval), "@", str(eval_file), "--no-rich", "-o", str(out), "--run.name", "round"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [traces] = list(out.rglob("traces.jsonl"))
+    [episode] = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
+    rewards = {}
+    for trace in episode["traces"]:
+        rewards.setdefault(trace["agent"]["name"], []).append(trace["rewards"])
+    assert "designer" in rewards["proposer"][0]
+    assert len(rewards["solver"]) == 3 and all("return" in r for r in rewards["solver"])
+    # The run folder is the loop's: spade-rl's own commands read it
+    for command in (["envs", "list", "--archive", str(run_dir)], ["report", str(run_dir)]):
+        done = subprocess.run([sys.executable, "-m", "spade_rl", *command], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert (run_dir / "report" / "index.html").is_file()
