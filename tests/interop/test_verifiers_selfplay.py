@@ -369,3 +369,46 @@ def test_vf_eval_runs_a_round_from_a_toml_file(selfplay, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
     assert (run_dir / "report" / "index.html").is_file()
+
+
+ROUND_SCRIPT = """
+import asyncio, json, sys
+import verifiers.v1 as vf
+config = vf.resolve_env_config(json.loads(sys.argv[1]))
+env = vf.load_environment(config)
+client = vf.EvalClientConfig(base_url=sys.argv[2], api_key_var=sys.argv[3])
+ctx = vf.ModelContext(model="fake-vllm", client=client, sampling=vf.SamplingConfig(max_tokens=2048))
+async def go():
+    async with env.serving():
+        return [await env.run_episode(task, ctx) for task in list(env.taskset.take(1))]
+[episode] = asyncio.run(go())
+loaded = sorted({name.split(".")[0] for name in sys.modules})
+print(json.dumps({"ok": episode.ok, "seats": sorted(t.agent.name for t in episode.traces), "loaded": loaded}))
+"""
+
+
+def test_the_environment_runs_without_torch_or_transformers(selfplay, tmp_path):
+    """The environment side (design phase, sandbox, archive, rewards, seats) never imports torch,
+    transformers or accelerate: it can live in a trainer's environment (prime-rl pins its own torch and
+    transformers==5.6.2) with spade-rl installed without its dependencies (docs/scaling.md, On prime-rl)."""
+    import os
+    import subprocess
+
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.models import default_tokenizer
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    config = {"taskset": {"id": "spade-selfplay"}, "overrides": ROUND, "run_dir": str(tmp_path / "run")}
+    path = os.pathsep.join([str(PACKAGE), os.environ.get("PYTHONPATH", "")])
+    with FakeVLLMServer(FakePolicy(scripted_answer, tokenizer=default_tokenizer())) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", ROUND_SCRIPT, json.dumps(config), server.base_url, KEY],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["seats"].count("solver") == 3
+    assert not {"torch", "transformers", "accelerate", "peft", "trl"} & set(result["loaded"])

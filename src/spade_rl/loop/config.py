@@ -350,11 +350,15 @@ def load_config(
     overrides: list[str] | tuple[str, ...] = (),
     *,
     processes: int | None = None,
+    learner: bool = True,
 ) -> RunConfig:
     """The run configuration from a TOML (or resolved JSON) file and ``key=value`` overrides, over the
     profile the file names (the CPU profile without a file), checked for ``processes`` processes (None:
-    those of this launch, ``WORLD_SIZE`` under accelerate launch)."""
-    return resolve_config(path, overrides, processes=processes).config
+    those of this launch, ``WORLD_SIZE`` under accelerate launch). ``learner=False``: for a process that
+    trains nothing and loads no model (the verifiers environment: its seats' models and trainer are
+    verifiers' and prime-rl's), the learner's checks (weights' precision, the launch) are not made, and
+    torch is not imported."""
+    return resolve_config(path, overrides, processes=processes, learner=learner).config
 
 
 def resolve_config(
@@ -362,6 +366,7 @@ def resolve_config(
     overrides: list[str] | tuple[str, ...] = (),
     *,
     processes: int | None = None,
+    learner: bool = True,
 ) -> ResolvedConfig:
     """:func:`load_config` with the source of every value. The layers, the later winning: the components'
     defaults, the profile, the file, the overrides; a table of a component is merged key by key, any other
@@ -398,8 +403,9 @@ def resolve_config(
         )
     config = build(RunConfig, data, "")
     _check_derived(data, config)
-    config.check_precision()
-    config.check_launch(launch_processes() if processes is None else processes)
+    if learner:
+        config.check_precision()
+        config.check_launch(launch_processes() if processes is None else processes)
     return ResolvedConfig(config, sources)
 
 

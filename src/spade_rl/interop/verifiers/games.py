@@ -96,7 +96,7 @@ class GamesEnv(vf.Env[GamesEnvConfig]):
         from spade_rl.loop.config import load_config
 
         super().__init__(config)
-        self.run_config = load_config(config.config, list(config.overrides))
+        self.run_config = load_config(config.config, list(config.overrides), learner=False)
         refuse_unusable(self.run_config, delay=False)
         self.threads = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="spade-play")
         self.executor: Any = None

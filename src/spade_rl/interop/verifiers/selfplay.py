@@ -123,7 +123,7 @@ class Round:
     def __init__(self, config: SpadeSelfPlayConfig) -> None:
         from spade_rl.loop.config import load_config
 
-        self.run = load_config(config.config, list(config.overrides))
+        self.run = load_config(config.config, list(config.overrides), learner=False)
         refuse_unusable(self.run)
         self.run_dir = Path(config.run_dir)
         self.plays = {
