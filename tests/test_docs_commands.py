@@ -44,7 +44,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
 SHELLS = ("bash", "sh", "console")
 # Programs the documents may name that are not this project's: only their presence in a block is checked.
-EXTERNAL = {"curl", "kill", "ray", "trl", "vllm", "ruff", "sleep", "until", "do", "done"}
+EXTERNAL = {"curl", "kill", "ray", "trl", "vllm", "ruff", "sleep", "until", "do", "done", "uv", "vf-eval"}
 # What the tests need beyond the dev extra, installed with --no-deps by the README's test command.
 NO_DEPS = ROOT / "requirements-no-deps.txt"
 PINS = (ROOT / "pyproject.toml").read_text() + NO_DEPS.read_text()
@@ -212,6 +212,10 @@ def check_pip(args: list[str]) -> None:
             assert not missing, f"pyproject.toml has no extra {sorted(missing)}; it has {sorted(EXTRAS)}"
         elif "==" in arg:
             assert arg in PINS, f"{arg}: pyproject.toml and .ci/run pin another version (or none)"
+        elif arg.startswith("/"):
+            continue  # a package folder the block writes first (spade-rl envs export --format verifiers)
+        elif "/" in arg:  # a package of this repository (environments/...)
+            assert (ROOT / arg / "pyproject.toml").is_file(), f"pip install {arg}: no package folder there"
         else:
             assert arg.startswith("-") or arg == ".", f"pip install {arg}: install only pinned versions"
 
