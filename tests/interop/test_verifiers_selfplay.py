@@ -412,3 +412,36 @@ def test_the_environment_runs_without_torch_or_transformers(selfplay, tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ok"] and result["seats"].count("solver") == 3
     assert not {"torch", "transformers", "accelerate", "peft", "trl"} & set(result["loaded"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "untrained"),
+    [
+        (["design.invalid='retry'", "design.retries=1", "design.retries_grounded=1"], "no reward"),
+        (
+            ["rewards.invalid_penalty=-0.5", "rewards.progress_bonus=0", "rewards.mask_negative=true"],
+            "negative (mask_negative)",
+        ),
+    ],
+)
+def test_what_the_loop_gives_no_gradient_does_not_train(selfplay, tmp_path, overrides, untrained):
+    """design.invalid = 'retry': a slot that failed every try has no reward in the loop; with
+    rewards.mask_negative a negative reward is masked there. Their traces here are not trainable."""
+    from spade_rl.policy.models import tiny_random_model
+    from spade_rl.policy.transformers_backend import TransformersPolicy
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    model, tokenizer = tiny_random_model()
+    with FakeVLLMServer(TransformersPolicy(model, tokenizer)) as server:
+        client = vf.EvalClientConfig(base_url=server.base_url, api_key_var=KEY)
+        config = {"overrides": [*ROUND, *overrides], "run_dir": str(tmp_path / "run")}
+        _, [episode] = run_round(config, client, max_tokens=24)
+    assert episode.ok, episode.errors
+    designs = by_seat(episode)["proposer"]
+    assert len(designs) == (2 if untrained == "no reward" else 1)  # one retry
+    for trace in designs:
+        assert not trace.agent.trainable and trace.info["spade"]["untrained"] == untrained
+    if untrained == "no reward":
+        assert all("designer" not in trace.rewards for trace in designs)
+    else:
+        assert designs[0].rewards["designer"].score == pytest.approx(-0.5)

@@ -330,19 +330,25 @@ class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
             played.append(PlayedEnv(design.env_id, nohint, hint, stats, family=DESIGNED_FAMILY))
         async with state.lock:
             paid = await loop.run_in_executor(state.archive_thread, state.reward, designs, played, iteration)
-        for design, reward, metrics in paid:
+        rewarded = {id(design): (reward, metrics) for design, reward, metrics in paid}
+        mask_negative = state.run.rewards.mask_negative
+        for design in designs:
             trace = designer.trace_of(design.generation)
             if trace is None:  # a repair's design: written by designer_side, never trained
                 continue
-            trace.info["spade"] = {
-                "purpose": "design",
-                "env_id": design.env_id,
-                "valid": design.valid,
-                "reason": design.reason,
-                "iteration": iteration,
-                "designer_reward": reward,
-                "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},
-            }
+            info = {"purpose": "design", "env_id": design.env_id, "valid": design.valid}
+            info.update({"reason": design.reason, "iteration": iteration})
+            if id(design) in rewarded:
+                reward, metrics = rewarded[id(design)]
+                info["designer_reward"] = reward
+                info["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+            # What the loop gives no gradient trains nothing here either (add_designer_samples' masking):
+            # a design with no reward (design.invalid = "retry": a slot that failed every try) and, with
+            # rewards.mask_negative, a negative one (its reward is still written, for the metrics).
+            if id(design) not in rewarded or (mask_negative and rewarded[id(design)][0] < 0):
+                trace.agent.trainable = False
+                info["untrained"] = "no reward" if id(design) not in rewarded else "negative (mask_negative)"
+            trace.info["spade"] = info
 
     async def finalize(self, task: Any, episode: Any) -> None:
         for trace in episode.traces:
