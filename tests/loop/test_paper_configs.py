@@ -34,6 +34,7 @@ SEEDS = "spade/core/orchestrator.py (plays reset without a seed; hint plays seed
 SAMPLE = "spade/core/orchestrator.py (collect_trajectories: random.sample of the games)"
 STEP = " (--global-batch-size 192 --use-dynamic-global-batch-size: one optimiser step per rollout)"
 CONTEXT = " (--spade-max-context-length 32768: a trajectory is trained whole)"
+VALIDATOR = TOOLS + " (--spade-use-env-validator)"
 ZERO_STD = "spade/slime/spade_rollout.py (zero-std groups counted in rollout/zero_std_group_pct, kept)"
 
 # (key, games value, tool-use value, where the games value is read, where the tool-use value is read)
@@ -106,9 +107,17 @@ REFERENCE = [
         TOOLS + " (SPADE_RESET_GATE=1; spade/core/envs/synthetic_game_env.py: seeds (0, 1, 2))",
     ),
     ("design.validation.repair_rounds", 0, 0, ARGS, ARGS),
-    ("design.validation.llm_validator.enabled", False, True, GAMES, TOOLS + " (--spade-use-env-validator)"),
+    # On for games too (issue 56: the judge reads a key against its question, which no gate can), though
+    # the reference's games script leaves it off: the one value here that is ours, not the reference's.
+    (
+        "design.validation.llm_validator.enabled",
+        True,
+        True,
+        "ours (issue 56)",
+        TOOLS + " (--spade-use-env-validator)",
+    ),
     ("design.validation.llm_validator.temperature", 0.3, 0.3, ARGS, ARGS),
-    ("design.validation.llm_validator.max_new_tokens", 1024, 16384, "ours (the validator is off)", ARGS),
+    ("design.validation.llm_validator.max_new_tokens", 16384, 16384, ARGS, ARGS),
 ]
 
 

@@ -71,10 +71,16 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path, mode):
     model, tokenizer = tiny_random_model(seed=0)
     written = []
 
+    judged = []
+
     def designer_script(chat):
-        """The first two designs: one valid, one that hangs (then retried: valid); hints to every call."""
+        """The first two designs: one valid, one that hangs (then retried: valid); hints to every call; the
+        LLM validator (on for games: issue 56) accepts every design it reads."""
         if chat[0]["content"].startswith("You write short hints"):
             return "<hint>Count the characters.</hint>"
+        if "Can an agent that understands this game win it?" in chat[-1]["content"]:
+            judged.append(chat)
+            return "The key follows from the question. \\boxed{yes}"
         written.append(chat)
         source = {1: PARITY, 2: HANGS}.get(len(written), PARITY.replace("ParityEnv", "RetriedEnv"))
         return f"```python\n{source}```"
@@ -101,8 +107,10 @@ def test_the_paper_recipe_runs_end_to_end_at_tiny_scale(tmp_path, mode):
     last = metrics[1]
     assert last.get("designer/advantage_scale", 1.0) == (min(last["samples/agent"] / 4, 50) or 1.0)
     assert any("train/loss" in m for m in metrics)  # updated, with recomputed old log-probs and TIS
-    # Per iteration a design call and a hint call (iteration 1: again for the retried slot).
-    assert len(designer.calls) == 6 and len(written) == 5
+    # Per iteration a design call, a hint call and the validator's call (iteration 1: again for the retried
+    # slot); the validator read every design that passed the battery (iteration 1: 2, iteration 2: 2).
+    assert len(designer.calls) == 9 and len(written) == 5 and len(judged) == 4
+    assert config.design.validation.llm_validator.enabled
 
 
 TOOLS = PAPER.with_name("spade-paper-tool-use.toml")
