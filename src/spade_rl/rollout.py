@@ -372,16 +372,50 @@ def play_episode(
 
     ``act`` is called with the episode so far (``messages`` ends with the latest observation); an
     exception it raises ends the play, closes the environment and propagates. ``on_turn(episode)`` is
-    called as ``run_episodes`` calls its ``on_turn``: once at the start, then after each turn."""
+    called as ``run_episodes`` calls its ``on_turn``: once at the start, then after each turn.
+
+    In two steps, for a caller that must know the episode opened before it acts (a verifiers seat, whose
+    conversation should not open for an environment that never gave a first observation):
+    ``episode, handle = open_episode(...)``, then ``play_opened(...)`` when ``handle`` is not None."""
+    episode, handle = open_episode(sandbox, spec, config)
+    if handle is None:
+        return episode
+    return play_opened(sandbox, episode, handle, config, act, on_turn)
+
+
+def open_episode(
+    sandbox: Sandbox | Executor, spec: EpisodeSpec, config: RolloutConfig
+) -> tuple[Episode, EnvHandle | None]:
+    """The first half of :func:`play_episode`: the environment opened and reset, the first messages in
+    place. The handle is None when it did not open or reset (the episode then ended as an environment
+    failure, and nothing is left open)."""
     episode = Episode(spec)
     [opened] = sandbox.open_many([(spec.source, spec.env_kwargs)], config.call_timeout_s)
     handle = _opened(episode, opened)
     if handle is None:
-        return episode
+        return episode, None
     try:
         [reset] = sandbox.call_many([(handle, "reset", {"seed": spec.seed})], config.call_timeout_s)
         if not _begin(episode, reset, config):
-            return episode
+            handle.close()
+            return episode, None
+    except BaseException:
+        handle.close()
+        raise
+    return episode, handle
+
+
+def play_opened(
+    sandbox: Sandbox | Executor,
+    episode: Episode,
+    handle: EnvHandle,
+    config: RolloutConfig,
+    act: Callable[[Episode], str],
+    on_turn: Callable[[Episode], None] | None = None,
+) -> Episode:
+    """The second half of :func:`play_episode`: the turns of an episode :func:`open_episode` opened, until
+    it ends; ``handle`` is closed at the end, whatever happens."""
+    try:
         if on_turn is not None:
             on_turn(episode)
         turn = 0

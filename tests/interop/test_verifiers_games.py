@@ -20,6 +20,7 @@ from fixture_envs import PARITY  # noqa: E402
 
 KEY = "SPADE_RL_TEST_KEY"
 HINT = "Count the characters."
+KWARGS = {"max_turns": 1}
 NAME = "spade-games-test"
 
 
@@ -28,7 +29,16 @@ def archive_with_games(path: Path) -> None:
     from spade_rl.archive import Archive
 
     with Archive(path / "archive.sqlite") as archive:
-        archive.add(PARITY, valid=True, reason="ok", skill="parity", setting="games", iteration=1, hint=HINT)
+        archive.add(
+            PARITY,
+            valid=True,
+            reason="ok",
+            skill="parity",
+            setting="games",
+            iteration=1,
+            hint=HINT,
+            env_kwargs=KWARGS,  # as validation used them: every play uses them
+        )
         archive.add(
             "class Broken:\n    pass\n", valid=False, reason="syntax", skill="x", setting="games", iteration=1
         )
@@ -78,8 +88,12 @@ def replayed_return(trace, with_hint: bool) -> float:
     info = trace.info["spade"]
     actions = iter([m.content for m in trace.assistant_messages])
     rollout = load_config(None, ["rollout.action_prefix={}", "rollout.action_stop={}"]).rollout
+    from spade_rl.design.validate import play_kwargs
+
+    max_turns = load_config(None).design_phase.validation.max_turns
     with Sandbox() as sandbox:
-        spec = EpisodeSpec(PARITY, seed=info["seed"], hint=HINT, use_hint=with_hint)
+        kwargs = play_kwargs(PARITY, KWARGS, max_turns)
+        spec = EpisodeSpec(PARITY, seed=info["seed"], hint=HINT, use_hint=with_hint, env_kwargs=kwargs)
         return play_episode(sandbox, spec, rollout, lambda episode: next(actions)).return_
 
 
@@ -104,9 +118,11 @@ def test_the_exported_taskset_plays_archived_games_in_the_sandbox(installed, wit
         episodes = asyncio.run(go())
         first_messages = [chat[1]["content"] for chat in server.chats if len(chat) == 2]
     assert first_messages and all((f"Hint: {HINT}" in m) == with_hint for m in first_messages)
-    for episode in episodes:
+    for task, episode in zip(tasks, episodes, strict=True):
         assert episode.ok, episode.errors
         [trace] = episode.traces
+        assert trace.info["spade"]["seed"] == task.data.seed
+        assert trace.info["spade"]["turns"] == 1  # the recorded constructor arguments: one turn, not two
         assert trace.rewards["return"].score == pytest.approx(replayed_return(trace, with_hint))
 
 
@@ -148,9 +164,14 @@ def test_export_refuses_a_folder_in_use_and_a_bad_name(tmp_path):
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
-    refused = [(used, NAME, "not an empty folder"), (tmp_path / "new", "Bad_Name", "package name")]
+    refused = [
+        (used, NAME, "not an empty folder"),
+        (tmp_path / "new", "Bad_Name", "package name"),
+        (tmp_path / "new", "textarena", "verifiers' own tasksets"),  # its loader would load its own
+        (tmp_path / "new", "json", "standard module"),
+    ]
     for out, name, message in refused:
         done = export(out, run, name)
         assert done.returncode == 2 and message in done.stderr + done.stdout
         assert "Traceback" not in done.stderr
-    assert (used / "keep.txt").read_text() == "mine"
+    assert (used / "keep.txt").read_text() == "mine" and not (tmp_path / "new").exists()

@@ -158,6 +158,8 @@ def test_a_round_pays_every_seat_what_spade_rls_reward_code_gives_the_same_plays
         assert (stats.episodes_nohint, stats.episodes_hint) == (3, 2)
     [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert line["designer/proposed"] == 1 and line["designer/reward_mean"] == pytest.approx(expected)
+    # the loop's gaming gauge ran on the round: the design, won or not, revalidated with every gate on
+    assert line["designer/won_designs"] == float(any(won)) and line["designer/gaming_refused"] == 0
 
 
 HINT_PROMPT = "You write short hints"
@@ -234,6 +236,7 @@ def test_an_invalid_design_earns_the_loops_penalty_and_plays_nothing(selfplay, t
             ["rollout.action_prefix={}", "rollout.action_stop={}", "rollout.thinking='off'"],
             "rollout.thinking",
         ),
+        (["rollout.action_prefix={}", "rollout.action_stop={}", "executor.kind='ray'"], "executor.kind"),
     ],
 )
 def test_settings_a_seat_cannot_honour_are_refused_with_the_key(selfplay, tmp_path, overrides, refused):
@@ -445,3 +448,98 @@ def test_what_the_loop_gives_no_gradient_does_not_train(selfplay, tmp_path, over
         assert all("designer" not in trace.rewards for trace in designs)
     else:
         assert designs[0].rewards["designer"].score == pytest.approx(-0.5)
+
+
+class FakeSegment:
+    def __init__(self, reply: str, terminated: bool = False):
+        self.last_reply, self.terminated = reply, terminated
+
+
+class FakeTrace:
+    def __init__(self):
+        self.ok, self.stop_condition, self.last_error, self.info = True, None, None, {}
+
+
+class FakeInteraction:
+    """A seat's interaction: replies in turn; ``fail`` ends the exchange as a failed harness does."""
+
+    def __init__(self, replies: list[str], fail: bool):
+        self.trace, self.replies, self.fail, self.turns = FakeTrace(), list(replies), fail, 0
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+    async def turn(self, message: str):
+        self.turns += 1
+        if self.fail:
+            self.trace.ok, self.trace.stop_condition = False, "harness_error"
+            return FakeSegment("", terminated=True)
+        return FakeSegment(self.replies.pop(0))
+
+
+class FakeSeat:
+    def __init__(self, replies=("x", "xx"), fail: bool = False):
+        self.opened: list[FakeInteraction] = []
+        self.replies, self.fail = list(replies), fail
+
+    def interaction(self, task):
+        self.opened.append(FakeInteraction(self.replies, self.fail))
+        return self.opened[-1]
+
+
+RAISES_AT_RESET = PARITY.replace("self.seed = 0 if seed is None else seed", "raise RuntimeError('no')")
+
+
+def play(seat, source: str):
+    import concurrent.futures
+
+    from spade_rl.interop.verifiers.seats import play_on_seat
+    from spade_rl.loop.config import load_config
+    from spade_rl.rollout import EpisodeSpec
+    from spade_rl.sandbox import Sandbox
+
+    rollout = load_config(None, ROUND, learner=False).rollout
+    with Sandbox() as sandbox, concurrent.futures.ThreadPoolExecutor(4) as threads:
+        spec = EpisodeSpec(source, seed=1)
+        return asyncio.run(play_on_seat(seat, spec, sandbox, rollout, threads, env_id=7))
+
+
+def test_an_environment_that_fails_at_reset_opens_no_conversation():
+    """No seat trace with zero turns (prime-rl would drop the whole episode): the play ends as the loop's
+    does, an environment failure that counts in the statistics, and the seat is never asked."""
+    assert RAISES_AT_RESET != PARITY
+    seat = FakeSeat()
+    episode, trace = play(seat, RAISES_AT_RESET)
+    assert trace is None and seat.opened == []
+    assert episode.stop_reason == "env_error" and "reset" in episode.error and episode.return_ == 0.0
+
+
+def test_a_failed_seat_call_fails_the_episode_instead_of_counting_as_a_play():
+    from spade_rl.interop.verifiers.seats import SeatFailed
+
+    with pytest.raises(SeatFailed, match="harness_error"):
+        play(FakeSeat(fail=True), PARITY)
+    episode, trace = play(FakeSeat(["x", "x"]), PARITY)  # the same game, a seat that answers: a play
+    assert trace.info["spade"]["turns"] == len(episode.turns) >= 1
+
+
+def test_one_environment_server_per_run_folder(selfplay, tmp_path):
+    """A second server on one run folder is refused (two would write one archive and reward state)."""
+    config = vf.resolve_env_config(
+        {"taskset": {"id": "spade-selfplay"}, "overrides": ROUND, "run_dir": str(tmp_path / "run")}
+    )
+
+    async def go():
+        first, second = vf.load_environment(config), vf.load_environment(config)
+        async with first.serving():
+            with pytest.raises(Exception, match="in use by another spade-selfplay"):
+                async with second.serving():
+                    pass
+        third = vf.load_environment(config)
+        async with third.serving():  # free again once the first has stopped
+            pass
+
+    asyncio.run(go())

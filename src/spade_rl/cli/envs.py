@@ -148,6 +148,8 @@ def envs_export(
     verifiers taskset package (--format verifiers)."""
     if format_ not in EXPORT_FORMATS:
         raise fail(f"--format {format_!r} is unknown; allowed: {list(EXPORT_FORMATS)}")
+    if format_ == "jsonl" and name != "spade-games":
+        raise fail("--name names a verifiers package: give it with --format verifiers only")
     if format_ == "verifiers":
         from spade_rl.interop.verifiers.package import write_package
 

@@ -252,7 +252,7 @@ class FakeVLLMServer(ThreadingHTTPServer):
         with self.lock:
             prompt = self.policy.render(chat, add_generation_prompt=True)
             [g] = self.policy.generate_tokens([prompt], settings)
-        self.chats.append(chat)
+            self.chats.append(chat)
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
@@ -283,14 +283,15 @@ class FakeVLLMServer(ThreadingHTTPServer):
         settings = self._settings(params, logprobs=True)
         with self.lock:
             [g] = self.policy.generate_tokens([prompt], settings)
-        ids = list(g.completion_token_ids or ())
+            ids = list(g.completion_token_ids or ())
+            self.generated.append((list(prompt), ids))
+            request = len(self.generated)
         content = [
             {"token": f"token_id:{t}", "logprob": float(lp)}
             for t, lp in zip(ids, g.completion_logprobs or (), strict=True)
         ]
-        self.generated.append((list(prompt), ids))
         return {
-            "request_id": f"gen-{len(self.generated)}",
+            "request_id": f"gen-{request}",
             "prompt_token_ids": list(prompt),
             "choices": [
                 {
@@ -462,10 +463,13 @@ class _Handler(BaseHTTPRequestHandler):
             if body.get("model") != SERVED_MODEL:
                 return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
             return 200, server.complete(body)
-        if post and route == "/v1/chat/completions":
-            return 200, server.chat(body)
-        if post and route == "/inference/v1/generate":
-            return 200, server.generate(body)
+        if post and route in ("/v1/chat/completions", "/inference/v1/generate"):
+            if not isinstance(body, dict):
+                return 400, {"error": {"message": "the body must be a JSON object"}}
+            if body.get("model") != SERVED_MODEL:
+                return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+            answer = server.chat if route == "/v1/chat/completions" else server.generate
+            return 200, answer(body)
         if get and route == "/server_info":
             if query.get("config_format") != ["json"]:
                 return 200, {"vllm_config": "text form"}

@@ -35,7 +35,7 @@ class GameData(vf.TaskData):
     source: str
     hint: str = ""
     setting: str = "games"
-    env_kwargs: dict = Field(default_factory=dict)
+    env_kwargs: dict | None = None  # the constructor arguments validation used (None: not recorded)
 
 
 class GameTask(vf.Task[GameData]):
@@ -73,7 +73,7 @@ class GamesTaskset(vf.Taskset[GameTask, GamesTasksetConfig]):
                         source=record.source,
                         hint=record.hint,
                         setting=record.setting,
-                        env_kwargs=dict(record.env_kwargs or {}),
+                        env_kwargs=record.env_kwargs,
                     ),
                     self.config.task,
                 )
@@ -111,17 +111,19 @@ class GamesEnv(vf.Env[GamesEnvConfig]):
         await asyncio.get_running_loop().run_in_executor(self.threads, self.executor.start)
 
     async def stop(self) -> None:
-        if self.executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self.threads, self.executor.close)
-        self.threads.shutdown()
-        await super().stop()
+        try:
+            if self.executor is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.executor.close)
+        finally:
+            self.threads.shutdown(wait=False, cancel_futures=True)
+            await super().stop()
 
     async def run(self, task: Any, agents: Any) -> None:
         from spade_rl.design.validate import play_kwargs
         from spade_rl.rollout import EpisodeSpec
 
         data = task.data
-        max_turns = self.run_config.rollout.max_turns
+        max_turns = self.run_config.design_phase.validation.max_turns  # as the loop plays designs
         spec = EpisodeSpec(
             data.source,
             seed=data.seed,

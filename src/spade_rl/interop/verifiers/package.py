@@ -10,31 +10,81 @@ harness: verifiers' loader finds them by the id ``name`` (its module: ``name`` w
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
-def write_package(out: Path, export: Any, name: str = "spade-games", *, valid_only: bool = True) -> int:
+def write_package(out: Path, export: Any, name: str = "spade-games") -> int:
     """Write the taskset package ``name`` into ``out`` (a new or empty folder): its ``pyproject.toml`` and
-    its module (``name`` with ``_``), which holds the environments (``export(path, valid_only=...)`` writes
-    them as JSONL: ``Archive.export_jsonl``). Returns how many environments it holds."""
+    its module (``name`` with ``_``), which holds the environments a task can play (``export(path,
+    valid_only=True)`` writes them as JSONL: ``Archive.export_jsonl``; the ones the play-time guard flagged
+    are left out). Returns how many it holds. Nothing is left in ``out`` when it fails."""
     if not NAME.match(name):
         raise ValueError(
             f"package name {name!r}: lower-case letters and digits in words joined by '-' (e.g. "
             "spade-games); verifiers imports its module by that name with '_'"
         )
+    module = name.replace("-", "_")
+    taken = _taken(module)
+    if taken:
+        raise ValueError(f"package name {name!r}: its module {module!r} {taken}; pick another name")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty folder: give a new folder for the package")
-    module = name.replace("-", "_")
+    made = not out.exists()
     package = out / module
-    package.mkdir(parents=True)
-    count = export(package / "envs.jsonl", valid_only=valid_only)
-    (out / "pyproject.toml").write_text(_PYPROJECT.format(name=name, module=module, count=count))
-    (package / "__init__.py").write_text(_MODULE.format(name=name, count=count))
+    try:
+        package.mkdir(parents=True)
+        data = package / "envs.jsonl"
+        export(data, valid_only=True)
+        count = _playable_only(data)
+        (out / "pyproject.toml").write_text(_PYPROJECT.format(name=name, module=module, count=count))
+        (package / "__init__.py").write_text(_MODULE.format(name=name, count=count))
+    except BaseException:
+        shutil.rmtree(out if made else package, ignore_errors=True)
+        if not made:
+            (out / "pyproject.toml").unlink(missing_ok=True)
+        raise
     return count
+
+
+def _taken(module: str) -> str:
+    """Why ``module`` cannot name the package ('' when it can): verifiers' loader imports its own taskset of
+    that name first, and a standard module or spade-rl's and verifiers' own would be shadowed."""
+    if module in sys.stdlib_module_names or module in ("spade_rl", "verifiers", "spade_selfplay"):
+        return "is a standard module or one spade-rl needs"
+    try:
+        builtin = importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") is not None
+    except ModuleNotFoundError:  # verifiers is not installed here: nothing of its own to shadow
+        builtin = False
+    if builtin:
+        return "is one of verifiers' own tasksets, which its loader would load instead"
+    return ""
+
+
+def _playable_only(path: Path) -> int:
+    """Keep the lines of a JSONL export whose environment is valid and not flagged; their count."""
+    from spade_rl.archive.jsonl import read_envs
+
+    keep = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    decoded = dict(read_envs(path))
+    for number, line in enumerate(lines, 1):
+        env = decoded.get(number)
+        if (
+            env is not None
+            and not isinstance(env, ValueError)
+            and env.record.valid
+            and not env.record.flagged
+        ):
+            keep.append(line)
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    return len(keep)
 
 
 _PYPROJECT = """\

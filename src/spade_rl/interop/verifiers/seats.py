@@ -13,10 +13,12 @@ for it from the thread:
   sent, and the text is what the seat wrote. The seat's sampling (verifiers' ``[env.<seat>.sampling]`` or
   the run's) decides temperature and length; the trace of every call is kept by generation
   (``trace_of``), so that the environment can pay each design's own trace.
-- ``play_on_seat`` plays one episode with :func:`spade_rl.rollout.play_episode`, the loop's own opening,
-  reset, hint, cuts, contract checks, time budget and stop reasons, taking each action from one turn of a
-  seat's ``interaction`` (the environment speaks as the user: the first observation, with the hint when the
-  spec says so, then each step's observation). The seat's reply is the action, without its thinking.
+- ``play_on_seat`` plays one episode as :func:`spade_rl.rollout.play_episode` does (``open_episode``, then
+  ``play_opened``): the loop's own opening, reset, hint, cuts, contract checks, time budget and stop
+  reasons, taking each action from one turn of a seat's ``interaction`` (the environment speaks as the
+  user: the first observation, with the hint when the spec says so, then each step's observation). The
+  seat's reply is the action, without its thinking. A seat's call that fails raises ``SeatFailed``: the
+  verifiers episode fails, and nothing of it is recorded as a play or a design.
 
 ``InlineChatHarness`` is the harness of every seat: one chat completion per segment through the rollout's
 interception endpoint, in process. verifiers' built-in harnesses run a program that ``uv sync``s its
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -38,8 +41,9 @@ from openai import AsyncOpenAI
 from verifiers.v1.dialects.chat import message_to_wire
 
 from spade_rl.policy import Generation, Policy, SamplingSettings
+from spade_rl.policy.base import check_chats
 from spade_rl.policy.thinking import strip_thinking
-from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, play_episode
+from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, open_episode, play_opened
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +123,18 @@ class SeatPolicy(Policy):
     supports_token_prompts = False
 
     def __init__(
-        self, agent: Any, loop: asyncio.AbstractEventLoop, purpose: str, idx: int | None = None
+        self,
+        agent: Any,
+        loop: asyncio.AbstractEventLoop,
+        purpose: str,
+        idx: int | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.agent = agent
         self.loop = loop
         self.purpose = purpose
         self.idx = idx
+        self.stop = stop if stop is not None else threading.Event()  # set: waiting calls give up
         self.calls: list[tuple[Generation, Any]] = []  # (generation, its trace), in order of calls
         self._lock = threading.Lock()
 
@@ -139,14 +149,19 @@ class SeatPolicy(Policy):
             raise RuntimeError("SeatPolicy.generate is called from a worker thread, not from its event loop")
         futures = [
             asyncio.run_coroutine_threadsafe(self._call(chat), self.loop)
-            for chat in chats
+            for chat in check_chats(chats)
             for _ in range(settings.n)
         ]
-        return [future.result() for future in futures]
+        try:
+            return [wait(future, self.stop, f"the {self.purpose} call") for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()  # a failed or stopped batch leaves no call running
 
     async def _call(self, chat: Sequence[dict]) -> Generation:
         trace = await self.agent.run(chat_task(chat, self.purpose, self.idx))
         trace.info["spade"] = {"purpose": self.purpose}
+        check_call(trace, f"the {self.purpose} call")  # a failed call is not a design (nor a hint)
         generation = Generation(
             text=trace.last_reply,
             prompt_token_ids=None,
@@ -164,8 +179,42 @@ class SeatPolicy(Policy):
             return next((trace for g, trace in self.calls if g is generation), None)
 
 
+class SeatFailed(RuntimeError):
+    """A seat's model call failed (the provider, the harness, a timeout): the episode fails, and nothing of
+    it is recorded as a play or a design (prime-rl drops a failed episode whole)."""
+
+
+# Where a seat's exchange ended because of a limit, not a failure: the play ends as the loop's would
+LIMITS = {
+    "max_turns": "max_turns",
+    "max_input_tokens": "context",
+    "max_output_tokens": "context",
+    "max_total_tokens": "context",
+}
+
+
 class _SeatStopped(Exception):
-    """The seat ended the exchange (a verifiers limit: its turns or tokens) before the game ended."""
+    """The seat ended the exchange at one of its limits before the game ended."""
+
+
+def wait(future: concurrent.futures.Future, stop: threading.Event, what: str) -> Any:
+    """``future.result()`` from a worker thread, given up (and the coroutine cancelled) once ``stop`` is set:
+    a thread never outlives the episode that started it by more than a second."""
+    while True:
+        try:
+            return future.result(timeout=1.0)
+        except concurrent.futures.TimeoutError:
+            if stop.is_set():
+                future.cancel()
+                raise SeatFailed(f"{what}: the episode was stopped") from None
+
+
+def check_call(trace: Any, what: str) -> None:
+    """Raise :class:`SeatFailed` when ``trace`` ended in a failure rather than an answer or a limit."""
+    if not trace.ok and trace.stop_condition not in LIMITS:
+        error = trace.last_error
+        said = f"{error.type}: {error.message}"[:300] if error is not None else trace.stop_condition
+        raise SeatFailed(f"{what} failed ({trace.stop_condition}): {said}")
 
 
 async def play_on_seat(
@@ -177,36 +226,62 @@ async def play_on_seat(
     *,
     env_id: int,
     idx: int | None = None,
-) -> tuple[Episode, Any]:
+) -> tuple[Episode, Any | None]:
     """One episode of ``spec`` on ``executor`` (spade-rl's sandbox), its actions from ``agent``'s turns;
-    returns the episode (as ``run_episodes`` records one, without token ids) and the seat's trace."""
+    returns the episode (as ``run_episodes`` records one, without token ids) and the seat's trace.
+
+    The environment is opened and reset first: one that fails there ends the episode as an environment
+    failure (``env_error``, return 0, counted in the statistics and the designer's reward as the loop
+    counts it) with no trace, because a seat's conversation with no turn would fail the whole verifiers
+    episode (prime-rl drops an episode with an empty trajectory). A seat that stops at one of its limits
+    ends the play as the loop's would (``max_turns``, or ``context`` for a token limit); a seat whose call
+    fails raises :class:`SeatFailed`. Cancelled, the play's thread stops within a second."""
     loop = asyncio.get_running_loop()
+    episode, handle = await loop.run_in_executor(threads, open_episode, executor, spec, rollout)
+    if handle is None:
+        return episode, None
     system = rollout.system_prompts.get(spec.setting, rollout.system_prompts["games"])
     task = PlayTask(
         PlayData(
             idx=idx, prompt=None, system_prompt=system, env_id=env_id, seed=spec.seed, use_hint=spec.use_hint
         )
     )
-    seen: list[Episode] = []
-    async with agent.interaction(task) as interaction:
-        trace = interaction.trace
+    stop = threading.Event()
+    try:
+        async with agent.interaction(task) as interaction:
+            trace = interaction.trace
 
-        def act(episode: Episode) -> str:
-            observation = str(episode.messages[-1]["content"])
-            segment = asyncio.run_coroutine_threadsafe(interaction.turn(observation), loop).result()
-            if segment.terminated:
-                raise _SeatStopped(trace.stop_condition or "stopped")
-            return strip_thinking(segment.last_reply)
+            def act(current: Episode) -> str:
+                if stop.is_set():
+                    raise SeatFailed("the episode was stopped")
+                observation = str(current.messages[-1]["content"])
+                future = asyncio.run_coroutine_threadsafe(interaction.turn(observation), loop)
+                segment = wait(future, stop, "the agent's turn")
+                if segment.terminated:
+                    check_call(trace, "the agent's turn")
+                    raise _SeatStopped(LIMITS.get(trace.stop_condition or "", "max_turns"))
+                return strip_thinking(segment.last_reply)
 
-        def play() -> Episode:
+            def play() -> Episode:
+                try:
+                    return play_opened(executor, episode, handle, rollout, act)
+                except _SeatStopped as stopped:
+                    episode.stop_reason = str(stopped)
+                    return episode
+
+            running = loop.run_in_executor(threads, play)
             try:
-                return play_episode(executor, spec, rollout, act, on_turn=seen.append)
-            except _SeatStopped as stopped:
-                episode = seen[-1]
-                episode.stop_reason = "max_turns" if str(stopped) == "max_turns" else "context"
-                return episode
-
-        episode = await loop.run_in_executor(threads, play)
+                await asyncio.shield(running)
+            except asyncio.CancelledError:
+                stop.set()  # the thread gives up its wait within a second, and the environment is closed
+                if not running.done():
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(asyncio.shield(running), 30)
+                raise
+    except BaseException:
+        stop.set()
+        handle.close()  # closing twice is harmless: play_opened closes it too
+        raise
     trace.info["spade"] = {
         "purpose": "play",
         "env_id": env_id,

@@ -47,6 +47,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import random
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,19 @@ class Round:
         }
         self.archive_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spade-archive")
         # play threads wait on their seat's turns: one per play of an episode, several episodes at once
-        self.play_threads = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="spade-play")
+        self.play_threads = concurrent.futures.ThreadPoolExecutor(
+            max(64, 4 * (self.plays[False] + self.plays[True])), thread_name_prefix="spade-play"
+        )
         self.lock = asyncio.Lock()  # one design phase at a time (the archive's draws and records)
+        self.stopping = threading.Event()  # set by stop(): every thread waiting on a seat gives up
+        self.held_lock: Any = None  # the run folder's lock file, held while the environment serves
+        ignored = ignored_settings(self.run)
+        if ignored:
+            log.warning(
+                "spade-selfplay: each seat's sampling (verifiers' [env.<seat>.sampling] or the run's) "
+                "decides these, not the spade-rl configuration: %s",
+                ", ".join(ignored),
+            )
         self.archive: Any = None
         self.executor: Any = None
         self.corpus: Any = None
@@ -149,14 +161,27 @@ class Round:
         from spade_rl.designer.reward import DesignerRewards
         from spade_rl.envs.external import external_sandbox_config
         from spade_rl.executor import make_executor
-        from spade_rl.loop.config import save_config
+        from spade_rl.loop.config import ConfigError, save_config
         from spade_rl.loop.pool import seed_pool
         from spade_rl.loop.rundir import RunDirectory
 
         run = self.run
         self.files = RunDirectory.open(self.run_dir)
-        if not (self.run_dir / "config.json").exists():  # what `spade-rl report` reads beside the archive
-            save_config(run, self.run_dir / "config.json")
+        self.held_lock = lock_run_dir(self.run_dir)
+        config_file = self.run_dir / "config.json"  # what `spade-rl report` reads beside the archive
+        if config_file.exists():
+            mine = self.run_dir / ".config.json.new"
+            save_config(run, mine)
+            same = mine.read_text() == config_file.read_text()
+            mine.unlink()
+            if not same:
+                self._release()
+                raise ConfigError(
+                    f"{self.run_dir} holds a run of another configuration (its config.json differs): give "
+                    "env.run_dir a new folder, or the same env.config and env.overrides as that run"
+                )
+        else:
+            save_config(run, config_file)
         self.corpus = Corpus.from_config(run.corpus)
         self.executor = make_executor(run.executor, external_sandbox_config(run.sandbox, run.pool.packages))
         self.executor.start()
@@ -166,19 +191,41 @@ class Round:
         state = self.run_dir / "designer_rewards.json"
         if state.exists():
             self.rewards.restore(state)
+            if self.rewards.held:  # a spade-rl run's folder with a delayed reward: not a round's
+                held = len(self.rewards.held)
+                self._close()
+                raise ConfigError(
+                    f"{state} holds {held} designs waiting for a delayed reward (a spade-rl run's folder "
+                    "with rewards.delay > 0): a round pays its own design at once; give env.run_dir a new "
+                    "folder"
+                )
         # A round is an iteration of the archive's records: a run folder used again goes on after its last
         self.iteration = max((self.archive.get(i).iteration for i in self.archive.ids()), default=0)
 
     async def stop(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.archive_thread, self._close)
-        self.archive_thread.shutdown()
-        self.play_threads.shutdown()
+        """Every waiting thread gives up (within a second), then the executor and the archive close in the
+        archive thread; the pools are shut without waiting on the event loop's thread."""
+        self.stopping.set()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.archive_thread, self._close)
+        finally:
+            self.archive_thread.shutdown(wait=False, cancel_futures=True)
+            self.play_threads.shutdown(wait=False, cancel_futures=True)
 
     def _close(self) -> None:
-        if self.executor is not None:
-            self.executor.close()
-        if self.archive is not None:
-            self.archive.close()
+        try:
+            if self.executor is not None:
+                self.executor.close()
+            if self.archive is not None:
+                self.archive.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.held_lock is not None:
+            self.held_lock.close()  # closing the file releases its lock
+            self.held_lock = None
 
     # --- one episode ---------------------------------------------------------------------------------
     def design(self, designer: SeatPolicy, side: SeatPolicy, seed: int) -> tuple[int, list, random.Random]:
@@ -202,20 +249,36 @@ class Round:
         return group_specs(record, self.plays, self.run.loop, max_turns, rng, PlayTag(env_id, False))
 
     def reward(self, designs: list, played: list, iteration: int) -> list[tuple[Any, float, dict]]:
-        """Each design's reward and its terms, from the loop's DesignerRewards (delay 0: at once); the
-        plays' statistics recorded in the archive as the loop records them."""
+        """Each design's reward and its terms, from the loop's DesignerRewards (delay 0: at once), after the
+        loop's own checks of the plays: the plays' statistics recorded in the archive, the play-time guard
+        (an environment that behaves otherwise in play than in validation is flagged: it leaves the pool
+        and the memory), and the gaming gauge (a won design that a gate refuses on revalidation is paid the
+        validity floor, ``loop.gaming_gauge``)."""
+        from spade_rl.designer.gauge import Gauge, gaming_gauge
+        from spade_rl.loop.guard import flag_changed
+        from spade_rl.loop.probe import make_probe
         from spade_rl.stats import iteration_means
 
+        run = self.run
         for env in played:
             self.archive.record_stats(env.env_id, iteration, env.stats, mode="merge")
+        validation = run.design_phase.validation
+        rng = random.Random(f"{run.loop.seed}:{iteration}:probe")
+        probe = make_probe(self.executor, self.archive, rng, validation, run.rollout.call_timeout_s)
+        flags = flag_changed(self.archive, played, iteration, probe, validation.max_trivial_win_rate)
+        gauge = Gauge({}, frozenset())
+        if run.loop.gaming_gauge and designs:
+            question = run.design_phase.question_validation
+            gauge = gaming_gauge(designs, played, self.archive, self.executor, question, iteration)
         out = []
-        line: dict[str, Any] = {}
+        line: dict[str, Any] = {**gauge.metrics, "designer/flagged": len(flags)}
         for design in designs:  # one at a time: each due reward is its design's
-            due = self.rewards.step([design], played, iteration, last=True)
+            due = self.rewards.step([design], played, iteration, last=True, gated=gauge.refused)
             metrics = self.rewards.metrics()
             line.update(metrics)
-            if due:
-                out.append((design, float(due[0].reward), metrics))
+            mine = [d for d in due if d.held.env_id == design.env_id and d.held.iteration == iteration]
+            if mine:
+                out.append((design, float(mine[0].reward), metrics))
         self.rewards.save(self.run_dir / "designer_rewards.json")
         # The round's line in metrics.jsonl, under the loop's names (no training here: the trainer's own)
         frontier = (self.run.archive.frontier_low, self.run.archive.frontier_high)
@@ -238,6 +301,41 @@ class Round:
         return out
 
 
+def lock_run_dir(run_dir: Path) -> Any:
+    """An exclusive lock on ``run_dir`` (its ``.verifiers.lock``), held until the returned file is closed:
+    one process writes a run folder's archive and reward state. A second one is refused with what to do."""
+    import fcntl
+
+    handle = open(run_dir / ".verifiers.lock", "a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        from spade_rl.loop.config import ConfigError
+
+        raise ConfigError(
+            f"{run_dir} is in use by another spade-selfplay environment server: one process writes a run "
+            "folder. Give each source its own env.run_dir, and serve it with one worker "
+            '(prime-rl and vf-eval: serve.pool = {type = "static", num_workers = 1})'
+        ) from None
+    return handle
+
+
+def ignored_settings(run: Any) -> list[str]:
+    """The spade-rl keys a seat's sampling replaces, where the configuration sets them (for the warning)."""
+    design, rollout = run.design, run.rollout
+    validator = design.validation.llm_validator
+    return [
+        f"design.temperature={design.temperature}",
+        f"design.max_new_tokens={design.max_new_tokens}",
+        f"design.hint_max_new_tokens={design.hint_max_new_tokens}",
+        f"design.validation.llm_validator.max_new_tokens={validator.max_new_tokens}",
+        f"rollout.temperature={rollout.temperature}",
+        f"rollout.max_new_tokens={rollout.max_new_tokens}",
+        f"rollout.max_context_tokens={rollout.max_context_tokens}",
+    ]
+
+
 def refuse_unusable(run: Any, *, delay: bool = True) -> None:
     """The spade-rl settings a verifiers seat cannot honour, refused with the key to change (``delay``: and
     a delayed designer reward, which a round cannot pay)."""
@@ -257,6 +355,12 @@ def refuse_unusable(run: Any, *, delay: bool = True) -> None:
                 f"{key} = {mode!r}: a seat's thinking is its sampling's (verifiers' [env.<seat>.sampling]); "
                 f"set {key} = 'template'"
             )
+    if run.executor.kind == "ray":
+        raise ConfigError(
+            "executor.kind = 'ray': the Ray executor takes one caller at a time, and a verifiers "
+            "environment plays many episodes at once from threads; set executor.kind = 'local' (spread "
+            "environment servers instead: one per source)"
+        )
     if delay and run.rewards.delay:
         raise ConfigError(
             f"rewards.delay = {run.rewards.delay}: an episode rewards its own design from its own plays "
@@ -292,23 +396,22 @@ class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
         loop = asyncio.get_running_loop()
         state = self.round
         idx = task.data.idx
-        designer = SeatPolicy(agents.proposer, loop, "design", idx)
-        side = SeatPolicy(agents.designer_side, loop, "designer_side", idx)
+        designer = SeatPolicy(agents.proposer, loop, "design", idx, state.stopping)
+        side = SeatPolicy(agents.designer_side, loop, "designer_side", idx, state.stopping)
         async with state.lock:
             iteration, designs, rng = await loop.run_in_executor(
                 state.archive_thread, state.design, designer, side, task.data.seed
             )
-            valid = [d for d in designs if d.valid]
+            # each valid environment once (two designs of one source share it, as in the loop)
+            valid = list(dict.fromkeys(d.env_id for d in designs if d.valid))
             specs = {}
-            for design in valid:
-                specs[design.env_id] = await loop.run_in_executor(
-                    state.archive_thread, state.specs, design.env_id, rng
-                )
+            for env_id in valid:
+                specs[env_id] = await loop.run_in_executor(state.archive_thread, state.specs, env_id, rng)
         played = []
-        for design in valid:
+        for env_id in valid:
             plays = []
             async with asyncio.TaskGroup() as group:
-                for spec in specs[design.env_id]:
+                for spec in specs[env_id]:
                     seat = agents.hinted if spec.use_hint else agents.solver
                     plays.append(
                         group.create_task(
@@ -318,7 +421,7 @@ class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
                                 state.executor,
                                 state.run.rollout,
                                 state.play_threads,
-                                env_id=design.env_id,
+                                env_id=env_id,
                                 idx=idx,
                             )
                         )
@@ -327,7 +430,7 @@ class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
             nohint = [e for e in episodes if not e.spec.use_hint]
             hint = [e for e in episodes if e.spec.use_hint]
             stats = play_stats(nohint, hint)
-            played.append(PlayedEnv(design.env_id, nohint, hint, stats, family=DESIGNED_FAMILY))
+            played.append(PlayedEnv(env_id, nohint, hint, stats, family=DESIGNED_FAMILY))
         async with state.lock:
             paid = await loop.run_in_executor(state.archive_thread, state.reward, designs, played, iteration)
         rewarded = {id(design): (reward, metrics) for design, reward, metrics in paid}
