@@ -544,3 +544,43 @@ def test_one_environment_server_per_run_folder(selfplay, tmp_path):
             pass
 
     asyncio.run(go())
+
+
+def test_episodes_at_once_share_the_archive_and_the_sandbox(selfplay, tmp_path):
+    """Three rounds at once (as verifiers' runner and prime-rl run them): the design phases take turns on
+    the archive's thread, the plays of all of them run together on the sandbox, every episode is whole."""
+    from spade_rl.archive import Archive
+    from spade_rl.policy import FakePolicy
+    from spade_rl.policy.models import default_tokenizer, resolve_model
+    from spade_rl.testing.fake_vllm import FakeVLLMServer
+
+    run_dir = tmp_path / "run"
+    config = vf.resolve_env_config(
+        {"taskset": {"id": "spade-selfplay"}, "overrides": ROUND, "run_dir": str(run_dir)}
+    )
+    env = vf.load_environment(config)
+    with FakeVLLMServer(FakePolicy(scripted_answer, tokenizer=default_tokenizer())) as server:
+        client = train_client(server, resolve_model(None, tokenizer_only=True))
+        ctx = vf.ModelContext(
+            model="fake-vllm", client=client, sampling=vf.SamplingConfig(temperature=1.0, max_tokens=2048)
+        )
+
+        async def go():
+            async with env.serving():
+                tasks = list(env.taskset.take(3))
+                return await asyncio.gather(*(env.run_episode(task, ctx) for task in tasks))
+
+        episodes = asyncio.run(go())
+    assert all(e.ok for e in episodes), [e.errors for e in episodes]
+    rounds = sorted(
+        next(t.info["spade"]["iteration"] for t in e.traces if t.agent.name == "proposer") for e in episodes
+    )
+    assert rounds == [1, 2, 3]  # one archive iteration per round, none taken twice
+    for episode in episodes:
+        assert [len(by_seat(episode)[s]) for s in ("solver", "hinted")] == [3, 2]
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["iteration"] for line in lines) == [1, 2, 3]
+    with Archive(run_dir / "archive.sqlite") as archive:
+        designed = [archive.get(i) for i in archive.ids() if archive.get(i).origin == "designer"]
+        assert len(designed) == 1  # the three rounds wrote the same game: one environment, three proposals
+        assert sorted(h.iteration for h in archive.stats_history(designed[0].env_id)) == [1, 2, 3]
