@@ -34,7 +34,8 @@ design form and prompts, validation, the rollout's turn limit and system prompts
 archive (``run_dir``: ``archive.sqlite``, shared with ``spade-rl envs list/show/export`` and ``spade-rl
 report``). Refused there, with the key to change: ``rollout.action_prefix`` / ``action_stop`` (a seat writes
 whole turns through a chat API, nothing can open them for it), thinking modes other than "template" (the
-seat's sampling decides), and ``rewards.delay`` > 0 (an episode rewards its own design). Not read: what
+seat's sampling decides), ``rewards.delay`` > 0 (an episode rewards its own design) and the Ray executor
+(one caller at a time). One process serves a ``run_dir`` (a lock file). Not read: what
 verifiers and the trainer own (the policy and its sampling, which are each seat's, the learner, the loop's
 iteration counts, ``loop.designs_per_iteration``: one design per episode, the group is prime-rl's
 ``group_size``; the designer warm-up).
