@@ -1,6 +1,6 @@
 """The verifiers id ``spade-selfplay``: one SPADE round per episode (spade_rl.interop.verifiers.selfplay).
 
-    vf-eval spade-selfplay -m MODEL --client.base-url URL --no-push --env.config configs/spade-paper-games.toml
+    vf-eval spade-selfplay -m MODEL --client.base-url URL --no-push --env.run-dir runs/verifiers
 
 verifiers' loader takes the one Taskset, the one Env and the one Harness exported here; the harness
 becomes every seat's default (an in-process chat call: nothing is fetched or executed)."""

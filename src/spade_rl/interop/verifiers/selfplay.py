@@ -1,6 +1,6 @@
 """One SPADE round as a verifiers v1 multi-agent environment: a designer seat and agent seats.
 
-    vf-eval spade-selfplay --env.config configs/spade-paper-games.toml --env.run-dir runs/prime ...
+    vf-eval spade-selfplay -m MODEL --client.base-url URL --no-push --env.run-dir runs/verifiers
 
 (the package ``environments/spade_selfplay`` exports the classes below under the id ``spade-selfplay``).
 An episode is one round of ``spade-rl run``'s loop for one design, built on spade-rl's own parts:
