@@ -542,6 +542,16 @@ def test_one_environment_server_per_run_folder(selfplay, tmp_path):
         third = vf.load_environment(config)
         async with third.serving():  # free again once the first has stopped
             pass
+        other = vf.resolve_env_config(
+            {
+                "taskset": {"id": "spade-selfplay"},
+                "overrides": [*ROUND, "loop.plays_per_env=2"],
+                "run_dir": str(tmp_path / "run"),
+            }
+        )
+        with pytest.raises(Exception, match="holds a run of another configuration"):
+            async with vf.load_environment(other).serving():
+                pass
 
     asyncio.run(go())
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import verifiers.v1 as vf
 from pydantic import Field
 
-from spade_rl.interop.verifiers.seats import play_on_seat
+from spade_rl.interop.verifiers.seats import play_on_seat, record_play
 
 LOCAL = {"runtime": {"type": "subprocess"}}
 
@@ -144,8 +144,4 @@ class GamesEnv(vf.Env[GamesEnvConfig]):
 
     async def finalize(self, task: Any, episode: Any) -> None:
         for trace in episode.traces:
-            info = trace.info.get("spade") or {}
-            if info.get("purpose") == "play":
-                trace.record_reward("return", float(info["return"]))
-                trace.record_metric("won", float(info["won"]))
-                trace.record_metric("turns", float(info["turns"]))
+            record_play(trace)

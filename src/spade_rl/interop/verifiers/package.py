@@ -69,19 +69,11 @@ def _taken(module: str) -> str:
 
 def _playable_only(path: Path) -> int:
     """Keep the lines of a JSONL export whose environment is valid and not flagged; their count."""
-    from spade_rl.archive.jsonl import read_envs
+    from spade_rl.archive.jsonl import decode_env
 
     keep = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    decoded = dict(read_envs(path))
-    for number, line in enumerate(lines, 1):
-        env = decoded.get(number)
-        if (
-            env is not None
-            and not isinstance(env, ValueError)
-            and env.record.valid
-            and not env.record.flagged
-        ):
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and (record := decode_env(line).record).valid and not record.flagged:
             keep.append(line)
     path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
     return len(keep)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -44,8 +43,6 @@ from spade_rl.policy import Generation, Policy, SamplingSettings
 from spade_rl.policy.base import check_chats
 from spade_rl.policy.thinking import strip_thinking
 from spade_rl.rollout import Episode, EpisodeSpec, RolloutConfig, open_episode, play_opened
-
-log = logging.getLogger(__name__)
 
 
 class InlineChatHarnessConfig(vf.HarnessConfig):
@@ -240,7 +237,7 @@ async def play_on_seat(
     episode, handle = await loop.run_in_executor(threads, open_episode, executor, spec, rollout)
     if handle is None:
         return episode, None
-    system = rollout.system_prompts.get(spec.setting, rollout.system_prompts["games"])
+    system = str(episode.messages[0]["content"])  # the system prompt the episode opened with (rollout)
     task = PlayTask(
         PlayData(
             idx=idx, prompt=None, system_prompt=system, env_id=env_id, seed=spec.seed, use_hint=spec.use_hint
@@ -294,3 +291,15 @@ async def play_on_seat(
         **({"error": episode.error} if episode.error else {}),
     }
     return episode, trace
+
+
+def record_play(trace: Any) -> bool:
+    """Write a play's return as its trace's reward (``return``) and its win and turns as metrics, from what
+    :func:`play_on_seat` left on the trace; False when the trace is not a play."""
+    info = trace.info.get("spade") or {}
+    if info.get("purpose") != "play":
+        return False
+    trace.record_reward("return", float(info["return"]))
+    trace.record_metric("won", float(info["won"]))
+    trace.record_metric("turns", float(info["turns"]))
+    return True

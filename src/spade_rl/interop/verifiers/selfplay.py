@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import logging
 import random
 import threading
@@ -56,7 +57,7 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from spade_rl.interop.verifiers.seats import SeatPolicy, play_on_seat
+from spade_rl.interop.verifiers.seats import SeatPolicy, play_on_seat, record_play
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class Round:
         from spade_rl.designer.reward import DesignerRewards
         from spade_rl.envs.external import external_sandbox_config
         from spade_rl.executor import make_executor
-        from spade_rl.loop.config import ConfigError, save_config
+        from spade_rl.loop.config import ConfigError, save_config, saved_data
         from spade_rl.loop.pool import seed_pool
         from spade_rl.loop.rundir import RunDirectory
 
@@ -171,10 +172,8 @@ class Round:
         self.held_lock = lock_run_dir(self.run_dir)
         config_file = self.run_dir / "config.json"  # what `spade-rl report` reads beside the archive
         if config_file.exists():
-            mine = self.run_dir / ".config.json.new"
-            save_config(run, mine)
-            same = mine.read_text() == config_file.read_text()
-            mine.unlink()
+            # as save_config writes it (JSON: its tuples read back as lists)
+            same = json.loads(config_file.read_text()) == json.loads(json.dumps(saved_data(run)))
             if not same:
                 self._release()
                 raise ConfigError(
@@ -456,12 +455,10 @@ class SpadeSelfPlayEnv(vf.Env[SpadeSelfPlayConfig]):
 
     async def finalize(self, task: Any, episode: Any) -> None:
         for trace in episode.traces:
+            if record_play(trace):
+                continue
             info = trace.info.get("spade") or {}
-            if info.get("purpose") == "play":
-                trace.record_reward("return", float(info["return"]))
-                trace.record_metric("won", float(info["won"]))
-                trace.record_metric("turns", float(info["turns"]))
-            elif info.get("purpose") == "design" and "designer_reward" in info:
+            if info.get("purpose") == "design" and "designer_reward" in info:
                 trace.record_reward("designer", float(info["designer_reward"]))
                 trace.record_metric("valid", float(info["valid"]))
                 for name, value in info["metrics"].items():
